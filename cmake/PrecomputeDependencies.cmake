@@ -1,0 +1,70 @@
+# Every third-party dependency, found as an installed package; nothing is vendored.
+#
+# Note [Two fmt libraries]
+# LibTorch's wheel ships fmt 12 headers in torch/include, Debian's spdlog is built against the
+# system fmt 9. A translation unit that sees both include paths would compile spdlog's templates
+# against the wrong fmt. So only encoders/ links LibTorch, and privately: its public headers are
+# free of LibTorch, its .cpp files log through precompute::log_message (pipeline/core/logging.hpp)
+# and never include spdlog.
+
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(FFMPEG REQUIRED IMPORTED_TARGET
+  libavformat libavcodec libavutil libswscale libswresample)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(TBB REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(fmt REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(Threads REQUIRED)
+
+# yaml-cpp 0.7 (Debian 12) exports `yaml-cpp`, 0.8 exports `yaml-cpp::yaml-cpp`.
+if(NOT TARGET yaml-cpp::yaml-cpp)
+  add_library(yaml-cpp::yaml-cpp ALIAS yaml-cpp)
+endif()
+
+# LibTorch from the project venv's `torch` wheel: ask its Python where the CMake package lives.
+if(NOT PRECOMPUTE_PYTHON)
+  if(EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+    set(PRECOMPUTE_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python")
+  else()
+    find_program(PRECOMPUTE_PYTHON python3 REQUIRED)
+  endif()
+endif()
+set(PRECOMPUTE_PYTHON "${PRECOMPUTE_PYTHON}" CACHE FILEPATH "Python whose torch package provides LibTorch")
+execute_process(
+  COMMAND "${PRECOMPUTE_PYTHON}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+  OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+  RESULT_VARIABLE _torch_rc ERROR_QUIET)
+if(_torch_rc EQUAL 0)
+  list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+endif()
+
+if(PRECOMPUTE_CUDA STREQUAL "AUTO" OR PRECOMPUTE_CUDA)
+  find_program(PRECOMPUTE_NVCC nvcc HINTS /usr/local/cuda/bin ENV CUDA_HOME PATH_SUFFIXES bin)
+  if(PRECOMPUTE_NVCC)
+    get_filename_component(_cuda_bin "${PRECOMPUTE_NVCC}" DIRECTORY)
+    get_filename_component(CUDAToolkit_ROOT "${_cuda_bin}" DIRECTORY)
+  elseif(PRECOMPUTE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "PRECOMPUTE_CUDA=ON but no nvcc was found: install the CUDA toolkit or "
+                        "configure with -DPRECOMPUTE_CUDA=OFF")
+  endif()
+endif()
+# precompute compiles no kernels with LibTorch's flags; a fixed architecture list keeps LibTorch's
+# package from probing for a GPU at configure time (it cannot run one on a build machine).
+if(NOT TORCH_CUDA_ARCH_LIST)
+  set(TORCH_CUDA_ARCH_LIST "9.0")
+endif()
+
+# LibTorch's CMake package prints warnings about optional pieces (kineto) it does not need here.
+find_package(Torch REQUIRED)
+
+set(PRECOMPUTE_WITH_CUDA OFF)
+if(CAFFE2_USE_CUDA AND NOT PRECOMPUTE_CUDA STREQUAL "OFF")
+  set(PRECOMPUTE_WITH_CUDA ON)
+endif()
+message(STATUS "precompute: LibTorch ${Torch_VERSION} from ${_torch_prefix}, CUDA: ${PRECOMPUTE_WITH_CUDA}")
+

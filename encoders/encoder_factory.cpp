@@ -1,0 +1,58 @@
+// load_encoder() and the process-wide LibTorch settings declared in encoders/encoder.hpp.
+
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <sstream>
+#include <thread>
+
+#include "encoders/audio_encoder.hpp"
+#include "encoders/encoder.hpp"
+#include "encoders/text_encoder.hpp"
+#include "encoders/video_encoder.hpp"
+#include "pipeline/core/error.hpp"
+
+namespace precompute {
+
+std::unique_ptr<Encoder> load_encoder(const Config& config, Modality modality,
+                                      const std::string& device) {
+  const auto resolved = resolve_device(device);
+  switch (modality) {
+    case Modality::kVideo:
+      return make_video_encoder(config.video, resolved);
+    case Modality::kAudio:
+      return make_audio_encoder(config.audio, resolved);
+    case Modality::kText:
+      return make_text_encoder(config.text, resolved);
+  }
+  PC_ASSERT(false, "unknown modality");
+}
+
+void configure_torch_threads(int threads) {
+  const int n = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  at::set_num_threads(std::max(1, n));
+}
+
+std::string resolve_device(const std::string& device) {
+  if (device == "cpu") return device;
+  const int available = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count())
+                                                    : 0;
+  PC_CHECK(available > 0, ConfigError, "device '", device,
+           "' was asked for, but this process sees no CUDA device (LibTorch ", TORCH_VERSION,
+           "); use --device cpu, or check the driver and CUDA_VISIBLE_DEVICES");
+  const int index = device == "cuda" ? 0 : std::stoi(device.substr(5));
+  PC_CHECK(index < available, ConfigError, "device '", device, "' does not exist: ", available,
+           " CUDA device(s) visible (cuda:0 .. cuda:", available - 1, ")");
+  return "cuda:" + std::to_string(index);
+}
+
+std::string describe_devices() {
+  std::ostringstream out;
+  out << "LibTorch " << TORCH_VERSION << ", " << at::get_num_threads() << " CPU threads, ";
+  const int cuda = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  out << cuda << " CUDA device(s)";
+  return out.str();
+}
+
+}  // namespace precompute

@@ -1,0 +1,108 @@
+#include "encoders/text_encoder.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "encoders/embedding_output.hpp"
+#include "encoders/torch_encoder.hpp"
+#include "pipeline/core/error.hpp"
+
+namespace precompute {
+
+TokenizerOptions tokenizer_options(const TextSection& section) {
+  TokenizerOptions options;
+  options.lower_case = section.lower_case;
+  options.strip_accents = section.strip_accents;
+  options.tokenize_chinese_chars = section.tokenize_chinese_chars;
+  options.max_length = section.max_length;
+  return options;
+}
+
+namespace {
+
+// Note [Text model contract]
+// The model takes input_ids and attention_mask, both int64 [B, L], padded with the vocab's [PAD]
+// id to the longest caption of the batch (a third forward() argument, token_type_ids, receives
+// zeros). It returns token vectors [B, L, D], pooled here by `pooling` (mean over real tokens,
+// cls, max, or none to keep every token), or one vector per caption [B, D] with pooling: model.
+class TextEncoder final : public TorchEncoder {
+ public:
+  TextEncoder(const TextSection& section, const std::string& device)
+      : TorchEncoder(Modality::kText, section, device), section_(section) {
+    PC_CHECK(model_.num_inputs() == 2 || model_.num_inputs() == 3, ModelError, "text model ",
+             info_.model_file, " takes ", model_.num_inputs(),
+             " inputs; it must take (input_ids, attention_mask[, token_type_ids])");
+    const auto tokenizer = WordPieceTokenizer::from_vocab_file(section.vocab,
+                                                               tokenizer_options(section));
+    pad_id_ = tokenizer.pad_id();
+    PreparedSample dummy;
+    dummy.text.emplace();
+    dummy.text->ids = {tokenizer.cls_id(), tokenizer.sep_id()};
+    warm_up(std::move(dummy));
+  }
+
+ protected:
+  std::vector<SampleEmbedding> run(const std::vector<PreparedSamplePtr>& batch) override {
+    const auto b = static_cast<int64_t>(batch.size());
+    int64_t length = 0;
+    for (const auto& s : batch) {
+      length = std::max<int64_t>(length, static_cast<int64_t>(s->text->ids.size()));
+    }
+    auto ids = host_buffer({b, length}, at::kLong);
+    auto mask = host_buffer({b, length}, at::kLong);
+    ids.fill_(pad_id_);
+    mask.zero_();
+    for (int64_t i = 0; i < b; ++i) {
+      const auto& tokens = batch[static_cast<size_t>(i)]->text->ids;
+      auto* row = ids.data_ptr<int64_t>() + i * length;
+      auto* mrow = mask.data_ptr<int64_t>() + i * length;
+      for (size_t k = 0; k < tokens.size(); ++k) {
+        row[k] = tokens[k];
+        mrow[k] = 1;
+      }
+    }
+    const auto device = model_.device();
+    std::vector<c10::IValue> inputs;
+    const auto ids_dev = ids.to(device, /*non_blocking=*/true);
+    const auto mask_dev = mask.to(device, /*non_blocking=*/true);
+    inputs.emplace_back(ids_dev);
+    inputs.emplace_back(mask_dev);
+    if (model_.num_inputs() == 3) inputs.emplace_back(at::zeros_like(ids_dev));
+    const auto y = model_.forward(std::move(inputs));
+
+    std::vector<SampleEmbedding> out;
+    if (section_.pooling == Pooling::kModel) {
+      PC_CHECK(y.dim() == 2 && y.size(0) == b, ModelError, "text model ", info_.model_file,
+               " returned shape ", y.sizes(), " for [", b, ", ", length,
+               "] ids; with pooling: model it must return [B, D]");
+      out = embeddings_from_rows(y, std::vector<int64_t>(batch.size(), 1), false,
+                                 section_.normalize);
+    } else {
+      PC_CHECK(y.dim() == 3 && y.size(0) == b && y.size(1) == length, ModelError, "text model ",
+               info_.model_file, " returned shape ", y.sizes(), " for [", b, ", ", length,
+               "] ids; with pooling ", pooling_name(section_.pooling),
+               " it must return token vectors [B, L, D] (or use pooling: model for [B, D])");
+      out = embeddings_from_tokens(y, mask_dev, section_.pooling, section_.normalize);
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i].steps = static_cast<int32_t>(batch[i]->text->ids.size());
+      out[i].truncated = batch[i]->text->truncated;
+    }
+    return out;
+  }
+
+ private:
+  TextSection section_;
+  int64_t pad_id_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Encoder> make_text_encoder(const TextSection& section,
+                                           const std::string& device) {
+  return std::make_unique<TextEncoder>(section, device);
+}
+
+}  // namespace precompute

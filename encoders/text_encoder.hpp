@@ -1,0 +1,17 @@
+#pragma once
+// The text encoder: token ids from the WordPiece tokenizer -> TorchScript model ->
+// pooled or per-token vectors (Note [Text model contract] in text_encoder.cpp).
+
+#include <memory>
+#include <string>
+
+#include "encoders/encoder.hpp"
+#include "encoders/text/wordpiece_tokenizer.hpp"
+
+namespace precompute {
+
+TokenizerOptions tokenizer_options(const TextSection& section);
+
+std::unique_ptr<Encoder> make_text_encoder(const TextSection& section, const std::string& device);
+
+}  // namespace precompute

@@ -1,0 +1,53 @@
+#include "encoders/torch_encoder.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/InferenceMode.h>
+
+#include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
+
+namespace precompute {
+
+TorchEncoder::TorchEncoder(Modality modality, const EncoderSection& section,
+                           const std::string& device)
+    : model_(section.encoder.path, c10::Device(device), section.dtype) {
+  info_.modality = modality;
+  info_.device = model_.device().str();
+  info_.model_file = section.encoder.path.filename().string();
+  info_.model_sha256 = sha256_file(section.encoder.path);
+  info_.per_step = section.pooling == Pooling::kNone;
+}
+
+std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamplePtr>& batch) {
+  if (batch.empty()) return {};
+  // InferenceMode is thread-local: set it on the thread that runs this batch.
+  c10::InferenceMode inference_mode;
+  c10::DeviceGuard device_guard(model_.device());
+  std::vector<SampleEmbedding> out;
+  try {
+    out = run(batch);
+  } catch (const c10::Error& e) {
+    PC_THROW(ModelError, modality_name(info_.modality), " encoder ", info_.model_file, " on ",
+             info_.device, " failed on a batch of ", batch.size(), ": ",
+             e.what_without_backtrace());
+  }
+  PC_ASSERT(out.size() == batch.size(), "encoder returned ", out.size(), " embeddings for ",
+            batch.size(), " samples");
+  for (size_t i = 0; i < out.size(); ++i) out[i].seq = batch[i]->seq;
+  return out;
+}
+
+void TorchEncoder::warm_up(PreparedSample sample) {
+  const auto out = encode({std::make_shared<const PreparedSample>(std::move(sample))});
+  PC_CHECK(out.size() == 1 && out[0].dim > 0, ModelError, modality_name(info_.modality),
+           " model ", info_.model_file, " returned no vector in its warm-up pass");
+  info_.dim = out[0].dim;
+}
+
+at::Tensor TorchEncoder::host_buffer(at::IntArrayRef sizes, at::ScalarType type) const {
+  return at::empty(sizes,
+                   at::TensorOptions().dtype(type).pinned_memory(model_.device().is_cuda()));
+}
+
+}  // namespace precompute

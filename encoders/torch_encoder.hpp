@@ -1,0 +1,38 @@
+#pragma once
+// What the TorchScript-backed encoders share: the model on its device, inference mode and the
+// device guard around every batch, LibTorch errors turned into ModelError, and the warm-up pass
+// that learns the output width. Internal to encoders/. One thread at a time per instance.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "encoders/encoder.hpp"
+#include "encoders/torchscript_model.hpp"
+
+namespace precompute {
+
+class TorchEncoder : public Encoder {
+ public:
+  const EncoderInfo& info() const override { return info_; }
+  std::vector<SampleEmbedding> encode(const std::vector<PreparedSamplePtr>& batch) final;
+
+ protected:
+  TorchEncoder(Modality modality, const EncoderSection& section, const std::string& device);
+
+  // Embeds a non-empty batch; called under inference mode with the device current.
+  virtual std::vector<SampleEmbedding> run(const std::vector<PreparedSamplePtr>& batch) = 0;
+
+  // Runs `sample` through encode() once and records the output width; the derived class calls
+  // it at the end of its constructor.
+  void warm_up(PreparedSample sample);
+
+  // Host tensor to fill and send to the model's device: pinned when the device is a GPU so that
+  // the copy is asynchronous.
+  at::Tensor host_buffer(at::IntArrayRef sizes, at::ScalarType type) const;
+
+  TorchScriptModel model_;
+  EncoderInfo info_;
+};
+
+}  // namespace precompute

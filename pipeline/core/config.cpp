@@ -1,0 +1,589 @@
+#include "pipeline/core/config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "pipeline/core/error.hpp"
+
+namespace precompute {
+
+std::string_view compute_dtype_name(ComputeDtype d) {
+  switch (d) {
+    case ComputeDtype::kFloat32:
+      return "float32";
+    case ComputeDtype::kFloat16:
+      return "float16";
+    case ComputeDtype::kBFloat16:
+      return "bfloat16";
+  }
+  return "?";
+}
+
+std::string_view storage_dtype_name(StorageDtype d) {
+  return d == StorageDtype::kFloat16 ? "float16" : "float32";
+}
+
+std::string_view pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::kMean:
+      return "mean";
+    case Pooling::kNone:
+      return "none";
+    case Pooling::kCls:
+      return "cls";
+    case Pooling::kMax:
+      return "max";
+    case Pooling::kModel:
+      return "model";
+  }
+  return "?";
+}
+
+std::string_view resize_mode_name(ResizeMode r) {
+  return r == ResizeMode::kShorterSideCrop ? "shorter_side_crop" : "stretch";
+}
+
+std::string_view video_layout_name(VideoLayout l) {
+  return l == VideoLayout::kFrames ? "frames" : "clips";
+}
+
+const EncoderSection& Config::section(Modality m) const {
+  switch (m) {
+    case Modality::kVideo:
+      return video;
+    case Modality::kAudio:
+      return audio;
+    case Modality::kText:
+      return text;
+  }
+  PC_ASSERT(false, "unknown modality");
+}
+
+std::vector<std::string> Config::devices_for(Modality m) const {
+  const auto& own = section(m).devices;
+  return own.empty() ? run.devices : own;
+}
+
+namespace {
+
+// A YAML node with the dotted key path that led to it, so that every message names the key.
+struct Node {
+  YAML::Node node;
+  std::string path;
+
+  Node child(const std::string& key) const {
+    return {node[key], path.empty() ? key : path + "." + key};
+  }
+  bool has(const std::string& key) const { return node.IsMap() && node[key].IsDefined(); }
+};
+
+std::string where(const Config& c) {
+  return c.file.empty() ? std::string("config") : "config " + c.file.string();
+}
+
+template <class T>
+T scalar(const Node& n, const char* what) {
+  PC_CHECK(n.node.IsScalar(), ConfigError, "config key '", n.path, "' must be ", what);
+  try {
+    return n.node.as<T>();
+  } catch (const YAML::Exception&) {
+    PC_THROW(ConfigError, "config key '", n.path, "' must be ", what, ", got '",
+             n.node.Scalar(), "'");
+  }
+}
+
+bool read_bool(const Node& n) { return scalar<bool>(n, "true or false"); }
+int read_int(const Node& n) { return scalar<int>(n, "an integer"); }
+int64_t read_int64(const Node& n) { return scalar<int64_t>(n, "an integer"); }
+double read_double(const Node& n) { return scalar<double>(n, "a number"); }
+std::string read_string(const Node& n) { return scalar<std::string>(n, "a string"); }
+
+// Fails on keys the section does not know: a typo must not silently fall back to a default.
+void check_keys(const Node& n, std::initializer_list<const char*> known) {
+  if (!n.node.IsDefined() || n.node.IsNull()) return;
+  PC_CHECK(n.node.IsMap(), ConfigError, "config key '", n.path, "' must be a mapping");
+  std::set<std::string> allowed(known.begin(), known.end());
+  for (const auto& kv : n.node) {
+    const auto key = kv.first.as<std::string>();
+    if (allowed.count(key) == 0) {
+      std::ostringstream list;
+      for (const auto* k : known) list << (list.tellp() > 0 ? ", " : "") << k;
+      PC_THROW(ConfigError, "unknown config key '", n.path.empty() ? key : n.path + "." + key,
+               "'; known keys here: ", list.str());
+    }
+  }
+}
+
+template <class Enum, size_t N>
+Enum read_enum(const Node& n, const std::array<std::pair<const char*, Enum>, N>& names) {
+  const auto text = read_string(n);
+  std::ostringstream list;
+  for (const auto& [name, value] : names) {
+    if (text == name) return value;
+    list << (list.tellp() > 0 ? ", " : "") << name;
+  }
+  PC_THROW(ConfigError, "config key '", n.path, "' is '", text, "'; use one of: ", list.str());
+}
+
+std::filesystem::path read_path(const Node& n, const std::filesystem::path& base) {
+  std::filesystem::path p = read_string(n);
+  PC_CHECK(!p.empty(), ConfigError, "config key '", n.path, "' is empty; give a path");
+  return p.is_absolute() ? p : (base / p).lexically_normal();
+}
+
+std::vector<std::string> read_devices(const Node& n) {
+  std::vector<std::string> out;
+  if (n.node.IsSequence()) {
+    for (size_t i = 0; i < n.node.size(); ++i) {
+      out.push_back(read_string({n.node[i], n.path + "[" + std::to_string(i) + "]"}));
+    }
+  } else {
+    out.push_back(read_string(n));
+  }
+  PC_CHECK(!out.empty(), ConfigError, "config key '", n.path, "' lists no device");
+  return out;
+}
+
+template <size_t N>
+std::array<float, N> read_floats(const Node& n) {
+  PC_CHECK(n.node.IsSequence() && n.node.size() == N, ConfigError, "config key '", n.path,
+           "' must be a list of ", N, " numbers");
+  std::array<float, N> out{};
+  for (size_t i = 0; i < N; ++i) {
+    out[i] = static_cast<float>(read_double({n.node[i], n.path + "[" + std::to_string(i) + "]"}));
+  }
+  return out;
+}
+
+constexpr std::array<std::pair<const char*, ComputeDtype>, 6> kComputeDtypes = {{
+    {"float32", ComputeDtype::kFloat32},
+    {"fp32", ComputeDtype::kFloat32},
+    {"float16", ComputeDtype::kFloat16},
+    {"fp16", ComputeDtype::kFloat16},
+    {"bfloat16", ComputeDtype::kBFloat16},
+    {"bf16", ComputeDtype::kBFloat16},
+}};
+
+constexpr std::array<std::pair<const char*, StorageDtype>, 4> kStorageDtypes = {{
+    {"float16", StorageDtype::kFloat16},
+    {"fp16", StorageDtype::kFloat16},
+    {"float32", StorageDtype::kFloat32},
+    {"fp32", StorageDtype::kFloat32},
+}};
+
+constexpr std::array<std::pair<const char*, Pooling>, 5> kPoolings = {{
+    {"mean", Pooling::kMean},
+    {"none", Pooling::kNone},
+    {"cls", Pooling::kCls},
+    {"max", Pooling::kMax},
+    {"model", Pooling::kModel},
+}};
+
+void read_encoder_section(const Node& n, const std::filesystem::path& base, EncoderSection& s) {
+  s.enabled = true;
+  if (n.has("encoder")) {
+    const Node e = n.child("encoder");
+    check_keys(e, {"type", "path"});
+    if (e.has("type")) s.encoder.type = read_string(e.child("type"));
+    PC_CHECK(e.has("path"), ConfigError, "config key '", e.path,
+             "' needs 'path': the encoder's model file");
+    s.encoder.path = read_path(e.child("path"), base);
+  }
+  if (n.has("device")) s.devices = read_devices(n.child("device"));
+  if (n.has("dtype")) s.dtype = read_enum(n.child("dtype"), kComputeDtypes);
+  if (n.has("batch_size")) s.batch_size = read_int(n.child("batch_size"));
+  if (n.has("pooling")) s.pooling = read_enum(n.child("pooling"), kPoolings);
+  if (n.has("normalize")) s.normalize = read_bool(n.child("normalize"));
+}
+
+void read_video(const Node& n, const std::filesystem::path& base, VideoSection& v) {
+  check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize", "sampling",
+                 "size", "resize", "mean", "std", "layout", "max_batch_frames", "max_duration_s",
+                 "max_frames", "decoder_threads"});
+  read_encoder_section(n, base, v);
+  if (n.has("sampling")) {
+    const Node s = n.child("sampling");
+    check_keys(s, {"fps", "num_frames"});
+    PC_CHECK(s.has("fps") != s.has("num_frames"), ConfigError, "config key '", s.path,
+             "' needs exactly one of 'fps' (frames per second) or 'num_frames' (per clip)");
+    if (s.has("fps")) v.fps = read_double(s.child("fps"));
+    if (s.has("num_frames")) v.num_frames = read_int(s.child("num_frames"));
+  }
+  if (n.has("size")) {
+    const Node s = n.child("size");
+    if (s.node.IsSequence()) {
+      PC_CHECK(s.node.size() == 2, ConfigError, "config key '", s.path,
+               "' must be one integer or [height, width]");
+      v.height = read_int({s.node[0], s.path + "[0]"});
+      v.width = read_int({s.node[1], s.path + "[1]"});
+    } else {
+      v.height = v.width = read_int(s);
+    }
+  }
+  if (n.has("resize")) {
+    v.resize = read_enum(n.child("resize"),
+                         std::array<std::pair<const char*, ResizeMode>, 2>{{
+                             {"shorter_side_crop", ResizeMode::kShorterSideCrop},
+                             {"stretch", ResizeMode::kStretch},
+                         }});
+  }
+  if (n.has("mean")) v.mean = read_floats<3>(n.child("mean"));
+  if (n.has("std")) v.std = read_floats<3>(n.child("std"));
+  if (n.has("layout")) {
+    v.layout = read_enum(n.child("layout"), std::array<std::pair<const char*, VideoLayout>, 2>{{
+                                                {"frames", VideoLayout::kFrames},
+                                                {"clips", VideoLayout::kClips},
+                                            }});
+  }
+  if (n.has("max_batch_frames")) v.max_batch_frames = read_int64(n.child("max_batch_frames"));
+  if (n.has("max_duration_s")) v.max_duration_s = read_double(n.child("max_duration_s"));
+  if (n.has("max_frames")) v.max_frames = read_int(n.child("max_frames"));
+  if (n.has("decoder_threads")) v.decoder_threads = read_int(n.child("decoder_threads"));
+}
+
+void read_audio(const Node& n, const std::filesystem::path& base, AudioSection& a) {
+  check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize",
+                 "sample_rate", "window_s", "hop_s", "max_batch_seconds", "max_duration_s"});
+  read_encoder_section(n, base, a);
+  if (n.has("sample_rate")) a.sample_rate = read_int(n.child("sample_rate"));
+  if (n.has("window_s")) a.window_s = read_double(n.child("window_s"));
+  if (n.has("hop_s")) a.hop_s = read_double(n.child("hop_s"));
+  if (n.has("max_batch_seconds")) a.max_batch_seconds = read_int64(n.child("max_batch_seconds"));
+  if (n.has("max_duration_s")) a.max_duration_s = read_double(n.child("max_duration_s"));
+}
+
+void read_text(const Node& n, const std::filesystem::path& base, TextSection& t) {
+  check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize", "tokenizer",
+                 "max_batch_tokens"});
+  read_encoder_section(n, base, t);
+  if (n.has("max_batch_tokens")) t.max_batch_tokens = read_int64(n.child("max_batch_tokens"));
+  PC_CHECK(n.has("tokenizer"), ConfigError, "config key '", n.path,
+           "' needs a 'tokenizer' section with at least 'vocab: PATH/vocab.txt'");
+  const Node k = n.child("tokenizer");
+  check_keys(k, {"vocab", "lower_case", "strip_accents", "tokenize_chinese_chars", "max_length"});
+  PC_CHECK(k.has("vocab"), ConfigError, "config key '", k.path,
+           "' needs 'vocab': the WordPiece vocab.txt of the text model");
+  t.vocab = read_path(k.child("vocab"), base);
+  if (k.has("lower_case")) t.lower_case = read_bool(k.child("lower_case"));
+  if (k.has("strip_accents") && !k.child("strip_accents").node.IsNull()) {
+    t.strip_accents = read_bool(k.child("strip_accents"));
+  }
+  if (k.has("tokenize_chinese_chars")) {
+    t.tokenize_chinese_chars = read_bool(k.child("tokenize_chinese_chars"));
+  }
+  if (k.has("max_length")) t.max_length = read_int(k.child("max_length"));
+}
+
+std::filesystem::path absolute_from_cwd(const std::filesystem::path& p) {
+  return std::filesystem::absolute(p).lexically_normal();
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::filesystem::path& base_dir) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    PC_THROW(ConfigError, "config is not valid YAML: ", e.what());
+  }
+  PC_CHECK(root.IsMap(), ConfigError, "config must be a YAML mapping with sections such as "
+                                      "input, output, video, audio, text");
+  const Node top{root, ""};
+  check_keys(top, {"input", "output", "run", "video", "audio", "text"});
+  const auto base = absolute_from_cwd(base_dir);
+  Config c;
+
+  if (top.has("input")) {
+    const Node n = top.child("input");
+    check_keys(n, {"manifest", "folder"});
+    if (n.has("manifest")) c.input.manifest = read_path(n.child("manifest"), base);
+    if (n.has("folder")) c.input.folder = read_path(n.child("folder"), base);
+  }
+  if (top.has("output")) {
+    const Node n = top.child("output");
+    check_keys(n, {"path", "shard_size", "dtype", "chunk_rows", "overwrite"});
+    if (n.has("path")) c.output.path = read_path(n.child("path"), base);
+    if (n.has("shard_size")) c.output.shard_size = read_int64(n.child("shard_size"));
+    if (n.has("dtype")) c.output.dtype = read_enum(n.child("dtype"), kStorageDtypes);
+    if (n.has("chunk_rows")) c.output.chunk_rows = read_int(n.child("chunk_rows"));
+    if (n.has("overwrite")) c.output.overwrite = read_bool(n.child("overwrite"));
+  }
+  if (top.has("run")) {
+    const Node n = top.child("run");
+    check_keys(n, {"device", "decode_threads", "torch_threads", "max_in_flight", "max_failures",
+                   "progress_interval_s", "log_level"});
+    if (n.has("device")) c.run.devices = read_devices(n.child("device"));
+    if (n.has("decode_threads")) c.run.decode_threads = read_int(n.child("decode_threads"));
+    if (n.has("torch_threads")) c.run.torch_threads = read_int(n.child("torch_threads"));
+    if (n.has("max_in_flight")) c.run.max_in_flight = read_int(n.child("max_in_flight"));
+    if (n.has("max_failures")) parse_max_failures(read_string(n.child("max_failures")), c.run);
+    if (n.has("progress_interval_s")) {
+      c.run.progress_interval_s = read_double(n.child("progress_interval_s"));
+    }
+    if (n.has("log_level")) c.run.log_level = read_string(n.child("log_level"));
+  }
+  if (top.has("video")) read_video(top.child("video"), base, c.video);
+  if (top.has("audio")) read_audio(top.child("audio"), base, c.audio);
+  if (top.has("text")) read_text(top.child("text"), base, c.text);
+  return c;
+}
+
+Config load_config(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  PC_CHECK(in.good(), ConfigError, "cannot read config file ", file,
+           ": check the path (see configs/reference.yaml for an example)");
+  std::stringstream text;
+  text << in.rdbuf();
+  Config c = parse_config(text.str(), file.parent_path().empty() ? "." : file.parent_path());
+  c.file = absolute_from_cwd(file);
+  return c;
+}
+
+void parse_max_failures(const std::string& text, RunSection& run) {
+  try {
+    size_t used = 0;
+    if (!text.empty() && text.back() == '%') {
+      const double pct = std::stod(text.substr(0, text.size() - 1), &used);
+      PC_CHECK(used == text.size() - 1 && pct >= 0 && pct <= 100, ConfigError,
+               "max_failures '", text, "' must be a percentage between 0% and 100%");
+      run.max_failure_fraction = pct / 100.0;
+      run.max_failures = -1;
+      return;
+    }
+    const long long count = std::stoll(text, &used);
+    PC_CHECK(used == text.size() && count >= -1, ConfigError, "max_failures '", text,
+             "' must be a count (-1: no limit) or a percentage such as 1%");
+    run.max_failures = count;
+    run.max_failure_fraction = -1.0;
+  } catch (const std::logic_error&) {
+    PC_THROW(ConfigError, "max_failures '", text,
+             "' must be a count (-1: no limit) or a percentage such as 1%");
+  }
+}
+
+void apply_overrides(Config& c, const ConfigOverrides& o) {
+  if (o.input) {
+    const auto p = absolute_from_cwd(*o.input);
+    c.input = {};
+    if (std::filesystem::is_directory(p)) {
+      c.input.folder = p;
+    } else {
+      c.input.manifest = p;
+    }
+  }
+  if (o.output) c.output.path = absolute_from_cwd(*o.output);
+  if (o.device) {
+    c.run.devices = {*o.device};
+    for (auto* s : {static_cast<EncoderSection*>(&c.video), static_cast<EncoderSection*>(&c.audio),
+                    static_cast<EncoderSection*>(&c.text)}) {
+      s->devices.clear();
+    }
+  }
+  if (o.batch_size) {
+    c.video.batch_size = c.audio.batch_size = c.text.batch_size = *o.batch_size;
+  }
+  if (o.shard_size) c.output.shard_size = *o.shard_size;
+  if (o.max_failures) parse_max_failures(*o.max_failures, c.run);
+  if (o.decode_threads) c.run.decode_threads = *o.decode_threads;
+  if (o.torch_threads) c.run.torch_threads = *o.torch_threads;
+  if (o.log_level) c.run.log_level = *o.log_level;
+  if (o.overwrite) c.output.overwrite = true;
+}
+
+namespace {
+
+void validate_device(const std::string& device, const std::string& key) {
+  const bool cpu = device == "cpu";
+  bool cuda = device == "cuda";
+  if (!cuda && device.rfind("cuda:", 0) == 0 && device.size() > 5) {
+    cuda = std::all_of(device.begin() + 5, device.end(), [](char ch) {
+      return ch >= '0' && ch <= '9';
+    });
+  }
+  PC_CHECK(cpu || cuda, ConfigError, "config key '", key, "' has device '", device,
+           "'; use cpu, cuda or cuda:N");
+}
+
+void validate_encoder(const EncoderSection& s, const std::string& name,
+                      std::initializer_list<Pooling> poolings) {
+  PC_CHECK(!s.encoder.path.empty(), ConfigError, "config section '", name,
+           "' needs 'encoder: {path: MODEL.pt}'");
+  PC_CHECK(s.encoder.type == "torchscript", ConfigError, "config key '", name,
+           ".encoder.type' is '", s.encoder.type, "'; this version supports: torchscript");
+  PC_CHECK(std::filesystem::is_regular_file(s.encoder.path), ConfigError, "config key '", name,
+           ".encoder.path': model file ", s.encoder.path,
+           " does not exist; export it first (tools/scripts/export_encoders.py makes the demo's)");
+  PC_CHECK(s.batch_size >= 1, ConfigError, "config key '", name,
+           ".batch_size' must be at least 1, got ", s.batch_size);
+  for (const auto& d : s.devices) validate_device(d, name + ".device");
+  const bool allowed = std::find(poolings.begin(), poolings.end(), s.pooling) != poolings.end();
+  std::ostringstream list;
+  for (auto p : poolings) list << (list.tellp() > 0 ? ", " : "") << pooling_name(p);
+  PC_CHECK(allowed, ConfigError, "config key '", name, ".pooling' is '",
+           pooling_name(s.pooling), "'; for ", name, " use one of: ", list.str());
+}
+
+}  // namespace
+
+void validate(const Config& c) {
+  const bool has_manifest = !c.input.manifest.empty();
+  const bool has_folder = !c.input.folder.empty();
+  PC_CHECK(has_manifest != has_folder, ConfigError, where(c),
+           ": give exactly one input, 'input.manifest' (JSONL/CSV/TSV) or 'input.folder', "
+           "or pass --input");
+  PC_CHECK(!c.output.path.empty(), ConfigError, where(c),
+           ": no output folder; set 'output.path' or pass --output");
+  PC_CHECK(c.output.shard_size >= 1, ConfigError, "config key 'output.shard_size' must be at "
+                                                  "least 1, got ", c.output.shard_size);
+  PC_CHECK(c.output.chunk_rows >= 1, ConfigError, "config key 'output.chunk_rows' must be at "
+                                                  "least 1, got ", c.output.chunk_rows);
+  PC_CHECK(c.video.enabled || c.audio.enabled || c.text.enabled, ConfigError, where(c),
+           ": no encoder configured; add a 'video', 'audio' or 'text' section");
+  for (const auto& d : c.run.devices) validate_device(d, "run.device");
+  PC_CHECK(c.run.decode_threads >= 0 && c.run.torch_threads >= 0 && c.run.max_in_flight >= 0,
+           ConfigError, "config keys run.decode_threads, run.torch_threads and "
+                        "run.max_in_flight must be 0 (automatic) or positive");
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn",
+                                                "warning", "error", "critical", "off"};
+  PC_CHECK(kLevels.count(c.run.log_level) == 1, ConfigError, "log level '", c.run.log_level,
+           "' is unknown; use trace, debug, info, warn, error or off");
+
+  if (c.video.enabled) {
+    const auto& v = c.video;
+    validate_encoder(v, "video", {Pooling::kMean, Pooling::kNone, Pooling::kModel});
+    PC_CHECK((v.fps > 0) != (v.num_frames > 0), ConfigError,
+             "config key 'video.sampling' needs exactly one of 'fps: X' (X > 0) or "
+             "'num_frames: N' (N >= 1)");
+    PC_CHECK(v.height >= 8 && v.width >= 8 && v.height <= 4096 && v.width <= 4096, ConfigError,
+             "config key 'video.size' must be between 8 and 4096 pixels, got ", v.height, "x",
+             v.width);
+    for (int i = 0; i < 3; ++i) {
+      PC_CHECK(v.std[i] > 0, ConfigError, "config key 'video.std' must be positive");
+    }
+    PC_CHECK(v.layout == VideoLayout::kClips || v.pooling != Pooling::kModel, ConfigError,
+             "config key 'video.pooling: model' needs 'layout: clips' (the model sees whole "
+             "clips); with layout: frames use mean or none");
+    PC_CHECK(v.layout == VideoLayout::kFrames || v.num_frames > 0, ConfigError,
+             "config key 'video.layout: clips' needs 'sampling: {num_frames: N}' so that every "
+             "clip in a batch has the same number of frames");
+    PC_CHECK(v.max_duration_s > 0 && v.max_frames >= 1 && v.decoder_threads >= 0, ConfigError,
+             "config keys video.max_duration_s and video.max_frames must be positive");
+  }
+  if (c.audio.enabled) {
+    const auto& a = c.audio;
+    validate_encoder(a, "audio", {Pooling::kMean, Pooling::kNone});
+    PC_CHECK(a.sample_rate >= 1000 && a.sample_rate <= 384000, ConfigError,
+             "config key 'audio.sample_rate' must be between 1000 and 384000 Hz, got ",
+             a.sample_rate);
+    PC_CHECK(a.window_s >= 0 && a.hop_s >= 0, ConfigError,
+             "config keys audio.window_s and audio.hop_s must not be negative");
+    PC_CHECK(a.window_s > 0 || a.hop_s == 0, ConfigError,
+             "config key 'audio.hop_s' needs 'audio.window_s' (whole-clip mode has no hop)");
+    PC_CHECK(a.window_s == 0 || a.window_s * a.sample_rate >= 1, ConfigError,
+             "config key 'audio.window_s' is shorter than one sample");
+    PC_CHECK(a.max_duration_s > 0, ConfigError, "config key 'audio.max_duration_s' must be "
+                                                "positive");
+  }
+  if (c.text.enabled) {
+    const auto& t = c.text;
+    validate_encoder(t, "text",
+                     {Pooling::kMean, Pooling::kNone, Pooling::kCls, Pooling::kMax,
+                      Pooling::kModel});
+    PC_CHECK(std::filesystem::is_regular_file(t.vocab), ConfigError,
+             "config key 'text.tokenizer.vocab': ", t.vocab,
+             " does not exist; point it at the model's vocab.txt");
+    PC_CHECK(t.max_length >= 2 && t.max_length <= 65536, ConfigError,
+             "config key 'text.tokenizer.max_length' must be between 2 and 65536, got ",
+             t.max_length);
+  }
+}
+
+namespace {
+
+nlohmann::json encoder_json(const EncoderSection& s, bool semantic) {
+  nlohmann::json j = {
+      {"type", s.encoder.type},
+      {"path", s.encoder.path.string()},
+      {"dtype", compute_dtype_name(s.dtype)},
+      {"pooling", pooling_name(s.pooling)},
+      {"normalize", s.normalize},
+  };
+  if (semantic) {
+    // The model file's identity is its content hash, stored by the writer; its path is not.
+    j.erase("path");
+  } else {
+    j["devices"] = s.devices;
+    j["batch_size"] = s.batch_size;
+  }
+  return j;
+}
+
+nlohmann::json config_json(const Config& c, bool semantic) {
+  nlohmann::json j;
+  j["output"] = {{"dtype", storage_dtype_name(c.output.dtype)},
+                 {"shard_size", c.output.shard_size}};
+  if (!semantic) {
+    j["input"] = {{"manifest", c.input.manifest.string()}, {"folder", c.input.folder.string()}};
+    j["output"]["path"] = c.output.path.string();
+    j["output"]["chunk_rows"] = c.output.chunk_rows;
+    j["run"] = {{"devices", c.run.devices},
+                {"decode_threads", c.run.decode_threads},
+                {"torch_threads", c.run.torch_threads},
+                {"max_in_flight", c.run.max_in_flight},
+                {"max_failures", c.run.max_failures},
+                {"max_failure_fraction", c.run.max_failure_fraction}};
+  }
+  if (c.video.enabled) {
+    const auto& v = c.video;
+    auto e = encoder_json(v, semantic);
+    e["fps"] = v.fps;
+    e["num_frames"] = v.num_frames;
+    e["size"] = {v.height, v.width};
+    e["resize"] = resize_mode_name(v.resize);
+    e["mean"] = v.mean;
+    e["std"] = v.std;
+    e["layout"] = video_layout_name(v.layout);
+    e["max_duration_s"] = v.max_duration_s;
+    e["max_frames"] = v.max_frames;
+    if (!semantic) e["max_batch_frames"] = v.max_batch_frames;
+    j["video"] = e;
+  }
+  if (c.audio.enabled) {
+    const auto& a = c.audio;
+    auto e = encoder_json(a, semantic);
+    e["sample_rate"] = a.sample_rate;
+    e["window_s"] = a.window_s;
+    e["hop_s"] = a.hop_s;
+    e["max_duration_s"] = a.max_duration_s;
+    if (!semantic) e["max_batch_seconds"] = a.max_batch_seconds;
+    j["audio"] = e;
+  }
+  if (c.text.enabled) {
+    const auto& t = c.text;
+    auto e = encoder_json(t, semantic);
+    e["lower_case"] = t.lower_case;
+    e["strip_accents"] = t.strip_accents ? nlohmann::json(*t.strip_accents) : nlohmann::json();
+    e["tokenize_chinese_chars"] = t.tokenize_chinese_chars;
+    e["max_length"] = t.max_length;
+    if (!semantic) {
+      e["vocab"] = t.vocab.string();
+      e["max_batch_tokens"] = t.max_batch_tokens;
+    }
+    j["text"] = e;
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string semantic_config_json(const Config& c) { return config_json(c, true).dump(); }
+std::string full_config_json(const Config& c) { return config_json(c, false).dump(); }
+
+}  // namespace precompute

@@ -1,0 +1,173 @@
+#pragma once
+// The run's configuration as typed structs. configs/reference.yaml documents every field with
+// the same words; load_config() reads YAML into these and validate() says how to fix what is
+// wrong before any work starts.
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/core/modality.hpp"
+
+namespace precompute {
+
+// Floating-point type the encoder runs in.
+enum class ComputeDtype { kFloat32, kFloat16, kBFloat16 };
+// Floating-point type embeddings are stored in.
+enum class StorageDtype { kFloat16, kFloat32 };
+
+// How a sample's per-step model outputs become what is stored.
+enum class Pooling {
+  kMean,   // average over frames / windows / tokens (tokens: attention-masked)
+  kNone,   // keep one vector per frame / window / token (CSR layout in the shard)
+  kCls,    // text only: the first token's vector
+  kMax,    // text only: element-wise max over tokens
+  kModel,  // the model already returns one vector per sample
+};
+
+// How video frames are scaled to the encoder's input size.
+enum class ResizeMode {
+  kShorterSideCrop,  // scale the shorter side to the target, then centre-crop (aspect kept)
+  kStretch,          // scale straight to the target size (aspect not kept)
+};
+
+// Shape the video encoder takes.
+enum class VideoLayout {
+  kFrames,  // [B*T, C, H, W]: every frame on its own
+  kClips,   // [B, T, C, H, W]: every sample's frames together (T equal within a batch)
+};
+
+std::string_view compute_dtype_name(ComputeDtype d);
+std::string_view storage_dtype_name(StorageDtype d);
+std::string_view pooling_name(Pooling p);
+std::string_view resize_mode_name(ResizeMode r);
+std::string_view video_layout_name(VideoLayout l);
+
+// The model file behind one encoder.
+struct EncoderSpec {
+  std::string type = "torchscript";  // only TorchScript for now
+  std::filesystem::path path;        // resolved against the config file's folder
+};
+
+// What every modality's encoder section has in common.
+struct EncoderSection {
+  bool enabled = false;            // the section is present in the config
+  EncoderSpec encoder;
+  std::vector<std::string> devices;  // "cpu", "cuda", "cuda:1"; empty: run.device
+  ComputeDtype dtype = ComputeDtype::kFloat32;
+  int batch_size = 16;             // samples per batch, at most
+  Pooling pooling = Pooling::kMean;
+  bool normalize = false;          // L2-normalise each stored vector
+};
+
+struct VideoSection : EncoderSection {
+  double fps = 0.0;                // sample this many frames per second of video, or ...
+  int num_frames = 0;              // ... this many frames spread evenly over the clip
+  int height = 224;                // encoder input size
+  int width = 224;
+  ResizeMode resize = ResizeMode::kShorterSideCrop;
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};  // per channel, on [0, 1] pixels
+  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
+  VideoLayout layout = VideoLayout::kFrames;
+  int64_t max_batch_frames = 0;    // frames per batch, at most (0: batch_size alone)
+  double max_duration_s = 4 * 3600.0;  // longer clips fail with category too_long
+  int max_frames = 4096;           // frames per sample, at most (fps sampling of long clips)
+  int decoder_threads = 1;         // FFmpeg threads per decoder (parallelism is across samples)
+};
+
+struct AudioSection : EncoderSection {
+  int sample_rate = 16000;         // the encoder's rate; audio is resampled to it, mono
+  double window_s = 0.0;           // window length; 0: the whole clip is one window
+  double hop_s = 0.0;              // window start to start; 0: window_s
+  int64_t max_batch_seconds = 0;   // audio seconds per batch, at most (0: batch_size alone)
+  double max_duration_s = 4 * 3600.0;
+};
+
+struct TextSection : EncoderSection {
+  std::filesystem::path vocab;     // BERT WordPiece vocab.txt
+  bool lower_case = true;
+  std::optional<bool> strip_accents;  // unset: follows lower_case, as in BERT
+  bool tokenize_chinese_chars = true;
+  int max_length = 128;            // tokens per caption, [CLS] and [SEP] included
+  int64_t max_batch_tokens = 0;    // padded tokens per batch, at most (0: batch_size alone)
+};
+
+struct InputSection {
+  std::filesystem::path manifest;  // JSONL, CSV or TSV; or ...
+  std::filesystem::path folder;    // ... a folder of media files with optional .txt captions
+};
+
+struct OutputSection {
+  std::filesystem::path path;      // output folder; created if missing
+  int64_t shard_size = 1024;       // manifest samples per shard
+  StorageDtype dtype = StorageDtype::kFloat16;
+  int chunk_rows = 256;            // HDF5 chunk height for embedding datasets
+  bool overwrite = false;          // replace an existing run's output in `path`
+};
+
+struct RunSection {
+  std::vector<std::string> devices = {"cpu"};  // default device(s) of every encoder
+  int decode_threads = 0;          // concurrent decodes; 0: one per core
+  int torch_threads = 0;           // LibTorch intra-op threads on CPU; 0: one per core
+  int max_in_flight = 0;           // samples between source and writer; 0: automatic
+  int64_t max_failures = -1;       // failed samples allowed before exit code 3; -1: no limit
+  double max_failure_fraction = -1.0;  // same as a fraction of all samples; -1: no limit
+  double progress_interval_s = 2.0;    // seconds between progress lines; 0: none
+  std::string log_level = "info";
+};
+
+struct Config {
+  std::filesystem::path file;      // the config file it came from (empty when built in code)
+  InputSection input;
+  OutputSection output;
+  RunSection run;
+  VideoSection video;
+  AudioSection audio;
+  TextSection text;
+
+  const EncoderSection& section(Modality m) const;
+  bool enabled(Modality m) const { return section(m).enabled; }
+  // Devices this modality's encoder runs on: its own, else run.devices.
+  std::vector<std::string> devices_for(Modality m) const;
+};
+
+// Flags of `precompute run` that override the file. Unset fields leave the file's value.
+struct ConfigOverrides {
+  std::optional<std::filesystem::path> input;   // a manifest file or a folder
+  std::optional<std::filesystem::path> output;
+  std::optional<std::string> device;            // every encoder
+  std::optional<int> batch_size;                // every encoder
+  std::optional<int64_t> shard_size;
+  std::optional<std::string> max_failures;      // "10" or "2.5%"
+  std::optional<int> decode_threads;
+  std::optional<int> torch_threads;
+  std::optional<std::string> log_level;
+  bool overwrite = false;
+};
+
+// Reads a YAML config file. Relative paths in it resolve against its folder. Throws ConfigError
+// naming the key and the fix for unknown keys, wrong types and bad values.
+Config load_config(const std::filesystem::path& file);
+// Same, from YAML text; relative paths resolve against `base_dir`.
+Config parse_config(const std::string& yaml_text, const std::filesystem::path& base_dir);
+
+// Applies command-line overrides (relative paths resolve against the working directory).
+void apply_overrides(Config& config, const ConfigOverrides& overrides);
+
+// Checks the whole config for consistency; throws ConfigError with the fix.
+void validate(const Config& config);
+
+// Parses "10" (a count) or "2.5%" (a fraction of all samples) into the run section.
+void parse_max_failures(const std::string& text, RunSection& run);
+
+// The settings that change what is stored (encoders, preprocessing, pooling, storage dtype), as
+// canonical JSON; excluded: paths of input/output, threads, batch sizes, devices, logging. Two
+// runs with equal fingerprints produce interchangeable shards.
+std::string semantic_config_json(const Config& config);
+// Every setting, for the record kept with the output.
+std::string full_config_json(const Config& config);
+
+}  // namespace precompute

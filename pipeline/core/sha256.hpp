@@ -1,0 +1,35 @@
+#pragma once
+// SHA-256 (FIPS 180-4), for the identity of model files and shards. Not thread-safe per
+// instance; use one Sha256 per thread.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace precompute {
+
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, size_t size);
+  void update(std::string_view text) { update(text.data(), text.size()); }
+  // The digest as 64 lowercase hex digits; the object must not be updated afterwards.
+  std::string hex_digest();
+
+ private:
+  void compress(const uint8_t* block);
+
+  std::array<uint32_t, 8> state_;
+  std::array<uint8_t, 64> buffer_{};
+  size_t buffered_ = 0;
+  uint64_t total_bytes_ = 0;
+};
+
+std::string sha256_hex(std::string_view data);
+// Hashes a whole file; throws StorageError naming the file when it cannot be read.
+std::string sha256_file(const std::filesystem::path& file);
+
+}  // namespace precompute

@@ -1,0 +1,358 @@
+#include "pipeline/media/video_decoder.hpp"
+
+extern "C" {
+#include <libavutil/pixdesc.h>
+}
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "pipeline/core/error.hpp"
+#include "pipeline/media/ffmpeg_common.hpp"
+
+namespace precompute {
+namespace {
+
+using ffmpeg::CodecContextPtr;
+using ffmpeg::FormatContextPtr;
+using ffmpeg::FramePtr;
+using ffmpeg::PacketPtr;
+using ffmpeg::SwsContextPtr;
+
+// Note [Sampling frames]
+// A clip of duration D seconds is cut into n equal intervals and we take one frame per interval,
+// the one on screen at its centre t_k:
+//   fps mode:        n = max(1, ceil(D * fps)), t_k = (k + 0.5) / fps
+//                    (n > max_frames fails with kTooLong rather than flooding the encoder)
+//   num_frames mode: n = num_frames,            t_k = (k + 0.5) * D / n
+// Times are relative to the stream's start (its start_time, else the first frame's pts). The
+// frame on screen at t_k is the last decoded frame whose pts <= t_k; when t_k precedes the first
+// frame, the first frame; targets past the last frame get the last frame. So every clip gives
+// exactly n frames: a clip shorter than its targets repeats frames, a one-frame video gives n
+// copies. The duration comes from the headers, or from one pass over the packets when they have
+// none; frames are counted by decoding, never from header frame counts (RELIABILITY.md).
+//
+// t_k is rounded down to the stream's time base and compared with integer pts, so a frame that
+// starts exactly at t_k counts as on screen, whatever the float rounding of t_k. The decoder
+// hands frames over in presentation order; we keep a reference to the previous one only, and
+// colour-convert only the frames chosen. The stored timestamp is the chosen frame's own pts, not
+// t_k. Decoding stops as soon as a frame lies past the last target, which also bounds the work
+// when a header understates the duration.
+
+// Target times t_k, in ticks of the stream's time base from its start.
+std::vector<int64_t> sample_offsets(int64_t duration, AVRational time_base,
+                                    const VideoDecodeOptions& options,
+                                    const std::filesystem::path& file) {
+  std::vector<int64_t> offsets;
+  if (options.fps > 0) {
+    // A rational fps keeps ceil(D * fps) and t_k exact in integers.
+    const AVRational fps = av_d2q(options.fps, 1 << 24);
+    const int64_t count =
+        std::max<int64_t>(1, av_rescale_rnd(duration, int64_t{time_base.num} * fps.num,
+                                            int64_t{time_base.den} * fps.den, AV_ROUND_UP));
+    PC_MEDIA_CHECK(count <= options.max_frames, FailureCategory::kTooLong, file.string(),
+                   ": sampling at ", options.fps, " fps gives ", count,
+                   " frames, over the limit of ", options.max_frames,
+                   " (video.max_frames); raise it or lower video.fps");
+    offsets.reserve(count);
+    for (int64_t k = 0; k < count; ++k) {
+      offsets.push_back(av_rescale_rnd((2 * k + 1) * fps.den, time_base.den,
+                                       int64_t{2} * fps.num * time_base.num, AV_ROUND_DOWN));
+    }
+  } else {
+    const int64_t count = options.num_frames;
+    offsets.reserve(count);
+    for (int64_t k = 0; k < count; ++k) {
+      offsets.push_back(av_rescale_rnd(2 * k + 1, duration, 2 * count, AV_ROUND_DOWN));
+    }
+  }
+  return offsets;
+}
+
+// The duration of a stream whose headers have none, from one pass over its packets: the end of
+// the last packet (pts + duration) from the stream's start.
+int64_t measure_duration(AVFormatContext* format, const AVStream* stream,
+                         const std::filesystem::path& file) {
+  PacketPtr packet = ffmpeg::make_packet();
+  int64_t first = AV_NOPTS_VALUE;
+  int64_t end = AV_NOPTS_VALUE;
+  while (true) {
+    const int read = av_read_frame(format, packet.get());
+    const ffmpeg::PacketUnref unref(packet.get());
+    if (read < 0) break;  // the end, or damage: decoding will tell which parts are usable
+    if (packet->stream_index != stream->index) continue;
+    const int64_t ts = packet->pts != AV_NOPTS_VALUE ? packet->pts : packet->dts;
+    if (ts == AV_NOPTS_VALUE) continue;
+    first = first == AV_NOPTS_VALUE ? ts : std::min(first, ts);
+    end = std::max(end == AV_NOPTS_VALUE ? ts : end, ts + std::max<int64_t>(packet->duration, 0));
+  }
+  PC_MEDIA_CHECK(end != AV_NOPTS_VALUE, FailureCategory::kDecodeError, file.string(),
+                 ": cannot tell the video's duration: neither the headers nor any packet has a "
+                 "time");
+  const int64_t start = stream->start_time != AV_NOPTS_VALUE ? stream->start_time : first;
+  return end - start;
+}
+
+// A rectangle of the source picture, in pixels.
+struct Region {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+};
+
+// The part of a width x height picture that is scaled to the output: all of it for kStretch; for
+// kShorterSideCrop the largest centred rectangle with the output's aspect ratio, its origin
+// rounded down so that it starts on a whole chroma sample (and a whole byte for bit-packed
+// formats) in every plane.
+Region source_region(int width, int height, const VideoDecodeOptions& options,
+                     const AVPixFmtDescriptor& desc) {
+  if (options.resize == ResizeMode::kStretch) return {0, 0, width, height};
+  Region region{0, 0, width, height};
+  const int64_t wide = int64_t{width} * options.height;
+  const int64_t tall = int64_t{height} * options.width;
+  if (wide > tall) {
+    region.width =
+        static_cast<int>(std::max<int64_t>(1, (tall + options.height / 2) / options.height));
+  } else if (tall > wide) {
+    region.height =
+        static_cast<int>(std::max<int64_t>(1, (wide + options.width / 2) / options.width));
+  }
+  const int align_x = (desc.flags & AV_PIX_FMT_FLAG_BITSTREAM) ? 8 : 1 << desc.log2_chroma_w;
+  const int align_y = 1 << desc.log2_chroma_h;
+  region.x = (width - region.width) / 2 / align_x * align_x;
+  region.y = (height - region.height) / 2 / align_y * align_y;
+  return region;
+}
+
+// Pointers to the region's top-left sample in each plane of `frame`, so that libswscale reads
+// the crop in place: no full-size copy is made.
+void region_planes(const AVFrame& frame, const AVPixFmtDescriptor& desc, const Region& region,
+                   const uint8_t* planes[4]) {
+  for (int p = 0; p < 4; ++p) {
+    planes[p] = frame.data[p];
+    // Plane 1 of a paletted format is the palette, not pixels.
+    if (planes[p] == nullptr || ((desc.flags & AV_PIX_FMT_FLAG_PAL) && p == 1)) continue;
+    const bool chroma = p == 1 || p == 2;  // FFmpeg's own rule for subsampled planes
+    const int x = chroma ? region.x >> desc.log2_chroma_w : region.x;
+    const int y = chroma ? region.y >> desc.log2_chroma_h : region.y;
+    int step = 0;
+    for (int c = 0; c < desc.nb_components; ++c) {
+      if (desc.comp[c].plane == p) step = desc.comp[c].step;
+    }
+    const int64_t x_bytes =
+        (desc.flags & AV_PIX_FMT_FLAG_BITSTREAM) ? int64_t{x} * step / 8 : int64_t{x} * step;
+    planes[p] += int64_t{y} * frame.linesize[p] + x_bytes;
+  }
+}
+
+// Scales and colour-converts decoded frames to tightly packed RGB24 of the output size, straight
+// from the decoder's pixel format. Keeps one libswscale context, made again when the frame's
+// size, format or colour description changes mid-stream.
+class RgbConverter {
+ public:
+  RgbConverter(const VideoDecodeOptions& options, const std::filesystem::path& file)
+      : options_(options), file_(file) {}
+
+  // Writes options.height * options.width * 3 bytes to `out`.
+  void convert(const AVFrame& frame, uint8_t* out) {
+    const auto format = static_cast<AVPixelFormat>(frame.format);
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+    PC_ASSERT(desc != nullptr, "decoded frame with unknown pixel format ", frame.format);
+    const Region region = source_region(frame.width, frame.height, options_, *desc);
+    const Key key{region.width, region.height, format, frame.colorspace, frame.color_range};
+    if (!context_ || !(key == key_)) {
+      context_ = make_context(key);
+      key_ = key;
+    }
+    const uint8_t* planes[4];
+    region_planes(frame, *desc, region, planes);
+    uint8_t* const dst[4] = {out, nullptr, nullptr, nullptr};
+    const int dst_stride[4] = {options_.width * 3, 0, 0, 0};
+    const int rows =
+        sws_scale(context_.get(), planes, frame.linesize, 0, region.height, dst, dst_stride);
+    PC_MEDIA_CHECK(
+        rows == options_.height, FailureCategory::kDecodeError, file_.string(),
+        ": cannot convert a ", frame.width, "x", frame.height, " ", av_get_pix_fmt_name(format),
+        " frame to RGB (sws_scale): ", rows < 0 ? ffmpeg::error_text(rows) : "short output");
+  }
+
+ private:
+  struct Key {
+    int width = 0;
+    int height = 0;
+    AVPixelFormat format = AV_PIX_FMT_NONE;
+    AVColorSpace colorspace = AVCOL_SPC_UNSPECIFIED;
+    AVColorRange range = AVCOL_RANGE_UNSPECIFIED;
+    bool operator==(const Key&) const = default;
+  };
+
+  SwsContextPtr make_context(const Key& key) const {
+    constexpr int kFlags = SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT;
+    SwsContextPtr context(sws_getContext(key.width, key.height, key.format, options_.width,
+                                         options_.height, AV_PIX_FMT_RGB24, kFlags, nullptr,
+                                         nullptr, nullptr));
+    PC_MEDIA_CHECK(context != nullptr, FailureCategory::kUnsupported, file_.string(),
+                   ": cannot convert pixel format ", av_get_pix_fmt_name(key.format),
+                   " to RGB (sws_getContext)");
+
+    // Colour: the frame's matrix, BT.601 when it names none (as the ffmpeg CLI assumes for
+    // untagged video). Range: the frame's when it states one; otherwise libswscale's default
+    // for the format, which is limited except for yuvj* and grey formats (full by definition).
+    // The output is full-range RGB.
+    int* inv_table = nullptr;
+    int* table = nullptr;
+    int src_range = 0;
+    int dst_range = 0;
+    int brightness = 0;
+    int contrast = 0;
+    int saturation = 0;
+    const int got = sws_getColorspaceDetails(context.get(), &inv_table, &src_range, &table,
+                                             &dst_range, &brightness, &contrast, &saturation);
+    PC_MEDIA_CHECK(got >= 0, FailureCategory::kUnsupported, file_.string(),
+                   ": cannot read the colour set-up for ", av_get_pix_fmt_name(key.format),
+                   " (sws_getColorspaceDetails)");
+    const int colorspace =
+        key.colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_ITU601 : static_cast<int>(key.colorspace);
+    if (key.range == AVCOL_RANGE_JPEG) src_range = 1;
+    if (key.range == AVCOL_RANGE_MPEG) src_range = 0;
+    const int set =
+        sws_setColorspaceDetails(context.get(), sws_getCoefficients(colorspace), src_range, table,
+                                 /*dstRange=*/1, brightness, contrast, saturation);
+    PC_MEDIA_CHECK(set >= 0, FailureCategory::kUnsupported, file_.string(),
+                   ": cannot set up colour conversion from ", av_get_pix_fmt_name(key.format),
+                   " (sws_setColorspaceDetails)");
+    return context;
+  }
+
+  const VideoDecodeOptions& options_;
+  const std::filesystem::path& file_;
+  SwsContextPtr context_;
+  Key key_;
+};
+
+}  // namespace
+
+VideoDecodeOptions video_decode_options(const VideoSection& section) {
+  VideoDecodeOptions options;
+  options.fps = section.fps;
+  options.num_frames = section.num_frames;
+  options.height = section.height;
+  options.width = section.width;
+  options.resize = section.resize;
+  options.max_duration_s = section.max_duration_s;
+  options.max_frames = section.max_frames;
+  options.threads = section.decoder_threads;
+  return options;
+}
+
+VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options) {
+  PC_ASSERT((options.fps > 0) != (options.num_frames > 0),
+            "exactly one of fps and num_frames must be set");
+  PC_ASSERT(options.width > 0 && options.height > 0);
+
+  FormatContextPtr format = ffmpeg::open_input(file);
+  const AVStream* stream = ffmpeg::find_stream(format.get(), AVMEDIA_TYPE_VIDEO, file);
+  const int width = stream->codecpar->width;
+  const int height = stream->codecpar->height;
+  PC_MEDIA_CHECK(int64_t{width} * height <= options.max_pixels, FailureCategory::kTooLarge,
+                 file.string(), ": the picture is ", width, "x", height, ", over the limit of ",
+                 options.max_pixels, " pixels");
+
+  std::optional<int64_t> duration = ffmpeg::header_duration(format.get(), stream);
+  if (!duration) {
+    duration = measure_duration(format.get(), stream, file);
+    // Reading from the start again: reopening works for every container, seeking does not.
+    const int index = stream->index;
+    format = ffmpeg::open_input(file);
+    stream = format->streams[index];
+  }
+  const AVRational time_base = stream->time_base;
+  const double duration_s = static_cast<double>(*duration) * av_q2d(time_base);
+  PC_MEDIA_CHECK(duration_s <= options.max_duration_s, FailureCategory::kTooLong, file.string(),
+                 ": the video lasts ", duration_s, " s, over the limit of ", options.max_duration_s,
+                 " s (video.max_duration_s)");
+
+  const std::vector<int64_t> offsets = sample_offsets(*duration, time_base, options, file);
+  const auto count = static_cast<int64_t>(offsets.size());
+  const size_t frame_bytes = size_t{3} * options.width * options.height;
+
+  VideoFrames out;
+  out.num_frames = count;
+  out.height = options.height;
+  out.width = options.width;
+  out.rgb.resize(frame_bytes * count);
+  out.timestamps.resize(count);
+  out.source_width = width;
+  out.source_height = height;
+  out.duration_s = duration_s;
+
+  // The decoder refuses to allocate pictures over its cap before we see them, a backstop for
+  // streams whose frames grow past their header's size. It counts rows padded to its stride
+  // alignment (up to 64 pixels wider), hence the headroom; the exact limit is checked on the
+  // header above and on every frame below.
+  CodecContextPtr codec =
+      ffmpeg::open_decoder(stream, options.threads, 2 * options.max_pixels, file);
+  RgbConverter converter(options, file);
+
+  // A frame without a timestamp is put one frame period after the previous one.
+  const AVRational frame_rate =
+      av_guess_frame_rate(format.get(), const_cast<AVStream*>(stream), nullptr);
+  const int64_t frame_period =
+      frame_rate.num > 0 ? std::max<int64_t>(1, av_rescale_q(1, av_inv_q(frame_rate), time_base))
+                         : 1;
+
+  int64_t start = stream->start_time;  // AV_NOPTS_VALUE: the first frame's pts, once decoded
+  FramePtr previous = ffmpeg::make_frame();
+  int64_t previous_pts = AV_NOPTS_VALUE;
+  int64_t frame_number = -1;      // of the previous frame, counting decoded frames from 0
+  int64_t converted_number = -1;  // the frame in the last filled slot
+  int64_t next = 0;               // the next target to fill
+
+  // Fills the next slot with `frame`, decoded as number `number` at `pts`.
+  const auto fill = [&](const AVFrame& frame, int64_t number, int64_t pts) {
+    uint8_t* slot = out.rgb.data() + frame_bytes * next;
+    if (number == converted_number) {
+      std::memcpy(slot, slot - frame_bytes, frame_bytes);
+    } else {
+      converter.convert(frame, slot);
+      converted_number = number;
+    }
+    out.timestamps[next] = static_cast<double>(pts - start) * av_q2d(time_base);
+    ++next;
+  };
+
+  const auto sink = [&](AVFrame* frame) -> bool {
+    PC_MEDIA_CHECK(int64_t{frame->width} * frame->height <= options.max_pixels,
+                   FailureCategory::kTooLarge, file.string(), ": a frame is ", frame->width, "x",
+                   frame->height, ", over the limit of ", options.max_pixels, " pixels");
+    int64_t pts = frame->best_effort_timestamp;
+    if (pts == AV_NOPTS_VALUE) {
+      pts = previous_pts == AV_NOPTS_VALUE ? 0 : previous_pts + frame_period;
+    }
+    if (start == AV_NOPTS_VALUE) start = pts;
+    const int64_t number = frame_number + 1;
+    // Targets before this frame show the previous frame, or this one when it is the first.
+    while (next < count && start + offsets[next] < pts) {
+      if (frame_number >= 0) {
+        fill(*previous, frame_number, previous_pts);
+      } else {
+        fill(*frame, number, pts);
+      }
+    }
+    if (next == count) return false;
+    av_frame_unref(previous.get());
+    av_frame_move_ref(previous.get(), frame);
+    previous_pts = pts;
+    frame_number = number;
+    return true;
+  };
+  ffmpeg::decode_stream(format.get(), stream, codec.get(), sink, file);
+
+  // Targets past the last frame show the last frame.
+  while (next < count) fill(*previous, frame_number, previous_pts);
+  return out;
+}
+
+}  // namespace precompute

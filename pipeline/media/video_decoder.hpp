@@ -1,0 +1,32 @@
+#pragma once
+// Decodes one video file into the frames an encoder sees: sampled by time, scaled and
+// colour-converted by libswscale straight from the decoder's pixel format to the encoder's input
+// size (Note [Sampling frames] in video_decoder.cpp). Stateless between calls; each call opens its
+// own FFmpeg objects, so concurrent calls on different threads are safe.
+
+#include <filesystem>
+
+#include "pipeline/core/config.hpp"
+#include "pipeline/core/sample.hpp"
+
+namespace precompute {
+
+struct VideoDecodeOptions {
+  double fps = 0.0;     // frames per second of video, or ...
+  int num_frames = 0;   // ... this many frames spread evenly over the clip (exactly one is > 0)
+  int height = 224;     // output frame size
+  int width = 224;
+  ResizeMode resize = ResizeMode::kShorterSideCrop;
+  double max_duration_s = 4 * 3600.0;  // longer clips: MediaError kTooLong
+  int max_frames = 4096;               // fps sampling yields at most this many frames
+  int threads = 1;                     // FFmpeg decoder threads; 0: FFmpeg's choice
+  int64_t max_pixels = 8192LL * 8192;  // coded width * height above this: MediaError kTooLarge
+};
+
+VideoDecodeOptions video_decode_options(const VideoSection& section);
+
+// Throws MediaError with the failure category (missing, unreadable, no_stream, decode_error,
+// too_long, too_large) and a message naming the file.
+VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options);
+
+}  // namespace precompute

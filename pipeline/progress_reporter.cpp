@@ -1,0 +1,68 @@
+#include "pipeline/progress_reporter.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "pipeline/core/modality.hpp"
+#include "pipeline/run_stats.hpp"
+
+namespace precompute {
+
+namespace {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+}  // namespace
+
+std::string progress_line(const RunStats& stats) {
+  const auto total = stats.total.load();
+  const auto done = stats.completed.load();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stats.started).count();
+  const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
+  const double eta = rate > 0 ? static_cast<double>(total - done) / rate : NAN;
+  std::string queues;
+  for (Modality m : kAllModalities) {
+    const int i = modality_index(m);
+    const auto queued = stats.batches_queued[i].load() - stats.batches_done[i].load();
+    queues += fmt::format(" {}:{}", modality_name(m).substr(0, 1), queued);
+  }
+  return fmt::format(
+      "{}/{} samples ({:.1f}%), {:.1f}/s, ETA {} | decoding {}, reordering {}, encoding {} "
+      "(queued batches{}) | {} shards, {} failed",
+      done, total, total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
+      rate, format_duration(eta), stats.submitted.load() - stats.prepared.load(),
+      stats.prepared.load() - stats.routed.load(), stats.routed.load() - stats.completed.load(),
+      queues, stats.shards_written.load(),
+      stats.failed_samples.load());
+}
+
+ProgressReporter::ProgressReporter(const RunStats& stats, double interval_s) : stats_(stats) {
+  if (interval_s > 0) thread_ = std::thread([this, interval_s] { loop(interval_s); });
+}
+
+ProgressReporter::~ProgressReporter() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProgressReporter::loop(double interval_s) {
+  const auto interval = std::chrono::duration<double>(interval_s);
+  std::unique_lock lock(mutex_);
+  while (!wake_.wait_for(lock, interval, [this] { return stop_; })) {
+    spdlog::info("progress: {}", progress_line(stats_));
+  }
+}
+
+}  // namespace precompute

@@ -1,0 +1,234 @@
+#include "pipeline/runner.hpp"
+
+#include <spdlog/spdlog.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "encoders/encoder.hpp"
+#include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
+#include "pipeline/graph.hpp"
+#include "pipeline/input/manifest.hpp"
+#include "pipeline/progress_reporter.hpp"
+#include "pipeline/run_stats.hpp"
+#include "storage/output_folder.hpp"
+
+namespace precompute {
+
+bool RunSummary::over_failure_limit(const RunSection& run) const {
+  if (run.max_failures >= 0 && failed_samples > run.max_failures) return true;
+  if (run.max_failure_fraction >= 0 && total_samples > 0 &&
+      static_cast<double>(failed_samples) >
+          run.max_failure_fraction * static_cast<double>(total_samples)) {
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+int cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+// The decode and tokenizer settings stored with each modality, so a reader knows how the inputs
+// were made.
+std::string preprocessing_json(const Config& c, Modality m) {
+  nlohmann::json j;
+  switch (m) {
+    case Modality::kVideo:
+      j = {{"fps", c.video.fps},
+           {"num_frames", c.video.num_frames},
+           {"size", {c.video.height, c.video.width}},
+           {"resize", resize_mode_name(c.video.resize)},
+           {"mean", c.video.mean},
+           {"std", c.video.std},
+           {"layout", video_layout_name(c.video.layout)},
+           {"color", "RGB24 from swscale, full range"},
+           {"dtype", compute_dtype_name(c.video.dtype)},
+           {"normalize", c.video.normalize}};
+      break;
+    case Modality::kAudio:
+      j = {{"sample_rate", c.audio.sample_rate},
+           {"channels", 1},
+           {"window_s", c.audio.window_s},
+           {"hop_s", c.audio.hop_s > 0 ? c.audio.hop_s : c.audio.window_s},
+           {"dtype", compute_dtype_name(c.audio.dtype)},
+           {"normalize", c.audio.normalize}};
+      break;
+    case Modality::kText:
+      j = {{"tokenizer", "bert-wordpiece"},
+           {"vocab_sha256", sha256_file(c.text.vocab)},
+           {"lower_case", c.text.lower_case},
+           {"strip_accents", c.text.strip_accents ? nlohmann::json(*c.text.strip_accents)
+                                                  : nlohmann::json(c.text.lower_case)},
+           {"tokenize_chinese_chars", c.text.tokenize_chinese_chars},
+           {"max_length", c.text.max_length},
+           {"dtype", compute_dtype_name(c.text.dtype)},
+           {"normalize", c.text.normalize}};
+      break;
+  }
+  return j.dump();
+}
+
+EncoderPools load_encoders(const Config& config) {
+  EncoderPools pools;
+  for (Modality m : kAllModalities) {
+    if (!config.enabled(m)) continue;
+    std::vector<std::unique_ptr<Encoder>> encoders;
+    std::set<std::string> seen;
+    for (const auto& device : config.devices_for(m)) {
+      const auto resolved = resolve_device(device);
+      if (!seen.insert(resolved).second) continue;
+      const auto started = std::chrono::steady_clock::now();
+      encoders.push_back(load_encoder(config, m, resolved));
+      const auto& info = encoders.back()->info();
+      spdlog::info("{} encoder {} on {}: {} vectors of dim {}, loaded and warmed up in {:.2f} s",
+                   modality_name(m), info.model_file, info.device,
+                   info.per_step ? "per-step" : "pooled", info.dim,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                       .count());
+    }
+    pools[modality_index(m)] = std::make_shared<EncoderPool>(std::move(encoders));
+  }
+  return pools;
+}
+
+ShardMeta make_meta(const Config& config, const EncoderPools& pools) {
+  ShardMeta meta;
+  meta.tool_version = PRECOMPUTE_VERSION;
+  meta.dtype = config.output.dtype;
+  meta.chunk_rows = config.output.chunk_rows;
+  meta.config_json = full_config_json(config);
+  Sha256 fingerprint;
+  fingerprint.update(semantic_config_json(config));
+  for (Modality m : kAllModalities) {
+    if (!pools[modality_index(m)]) continue;
+    const auto& info = pools[modality_index(m)]->info();
+    ModalitySchema schema;
+    schema.modality = m;
+    schema.per_step = info.per_step;
+    schema.dim = info.dim;
+    schema.encoder = info.model_file;
+    schema.encoder_sha256 = info.model_sha256;
+    schema.pooling = std::string(pooling_name(config.section(m).pooling));
+    schema.preprocessing_json = preprocessing_json(config, m);
+    fingerprint.update(info.model_sha256);
+    fingerprint.update(schema.preprocessing_json);
+    meta.modalities[modality_index(m)] = std::move(schema);
+  }
+  meta.config_fingerprint = fingerprint.hex_digest();
+  return meta;
+}
+
+}  // namespace
+
+RunSummary run_precompute(const Config& config) {
+  validate(config);
+  RunStats stats;
+  const int decode_threads = config.run.decode_threads > 0 ? config.run.decode_threads : cores();
+  configure_torch_threads(config.run.torch_threads);
+
+  const auto samples = read_input(config.input.manifest, config.input.folder);
+  stats.total = static_cast<int64_t>(samples.size());
+  spdlog::info("input: {} samples from {}", samples.size(),
+               (config.input.manifest.empty() ? config.input.folder : config.input.manifest)
+                   .string());
+  prepare_output_folder(config.output.path, config.output.overwrite);
+
+  spdlog::info("compute: {}", describe_devices());
+  const auto pools = load_encoders(config);
+
+  OutputIndex index;
+  index.meta = make_meta(config, pools);
+  index.total_samples = stats.total;
+  index.shard_size = config.output.shard_size;
+  index.input = (config.input.manifest.empty() ? config.input.folder : config.input.manifest)
+                    .string();
+  write_index(config.output.path, index);
+
+  GraphSettings settings;
+  settings.decode_concurrency = decode_threads;
+  int max_batch = 1;
+  size_t encoders = 0;
+  for (Modality m : kAllModalities) {
+    if (!pools[modality_index(m)]) continue;
+    settings.encode_concurrency[modality_index(m)] = pools[modality_index(m)]->size();
+    encoders += pools[modality_index(m)]->size();
+    max_batch = std::max(max_batch, config.section(m).batch_size);
+  }
+  // The limit must leave room for a full batch of every modality plus the samples being decoded,
+  // or batches would wait for samples the limit holds back.
+  const size_t needed = static_cast<size_t>(max_batch) * (encoders + 1) +
+                        2 * static_cast<size_t>(decode_threads);
+  settings.max_in_flight = std::max<size_t>(needed, static_cast<size_t>(config.run.max_in_flight));
+  if (config.run.max_in_flight > 0 && static_cast<size_t>(config.run.max_in_flight) < needed) {
+    spdlog::warn("run.max_in_flight {} is too small for batch size {} and {} decode threads; "
+                 "using {}", config.run.max_in_flight, max_batch, decode_threads, needed);
+  }
+  spdlog::info("pipeline: {} decode threads, {} samples in flight at most, shards of {} samples",
+               decode_threads, settings.max_in_flight, config.output.shard_size);
+
+  SamplePreparer preparer(config, stats);
+  BatchRouter router(config, stats.total);
+  EncodeStage encode(pools, stats);
+  ShardAssembler assembler(config.output.path, index, stats);
+  stats.started = std::chrono::steady_clock::now();
+  {
+    // Decode bodies, one body per encoder and the two serial stages each occupy a thread.
+    const int parallelism = std::max(cores(), decode_threads + static_cast<int>(encoders) + 2);
+    tbb::global_control threads(tbb::global_control::max_allowed_parallelism,
+                                static_cast<size_t>(parallelism));
+    tbb::task_arena arena(parallelism);
+    ProgressReporter progress(stats, config.run.progress_interval_s);
+    arena.execute([&] { run_graph(samples, preparer, router, encode, assembler, stats, settings); });
+  }
+  PC_ASSERT(stats.completed.load() == stats.total.load(), "run ended with ",
+            stats.completed.load(), " of ", stats.total.load(), " samples complete");
+  spdlog::info("progress: {}", progress_line(stats));
+
+  RunSummary summary;
+  summary.output = config.output.path;
+  summary.total_samples = stats.total;
+  summary.failed_samples = stats.failed_samples;
+  summary.failure_records = stats.failure_records;
+  summary.shards = stats.shards_written;
+  summary.bytes_written = stats.bytes_written;
+  summary.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stats.started).count();
+  for (const auto& entry : assembler.index().shards) {
+    summary.samples_with_embeddings += entry.num_samples;
+    for (int m = 0; m < kNumModalities; ++m) summary.embedded[m] += entry.modality_counts[m];
+  }
+  for (size_t c = 0; c < stats.failures_by_category.size(); ++c) {
+    const auto n = stats.failures_by_category[c].load();
+    if (n > 0) {
+      summary.failures_by_category[std::string(
+          failure_category_name(static_cast<FailureCategory>(c)))] = n;
+    }
+  }
+  return summary;
+}
+
+std::string format_summary(const RunSummary& s) {
+  std::string out = fmt::format(
+      "{} samples in {:.1f} s ({:.1f}/s): {} with embeddings (video {}, audio {}, text {}), {} "
+      "with failures; {} shards, {:.1f} MB in {}",
+      s.total_samples, s.seconds,
+      s.seconds > 0 ? static_cast<double>(s.total_samples) / s.seconds : 0.0,
+      s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
+      s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string());
+  if (!s.failures_by_category.empty()) {
+    out += "; failures by category:";
+    for (const auto& [category, n] : s.failures_by_category) {
+      out += fmt::format(" {} {}", category, n);
+    }
+  }
+  return out;
+}
+
+}  // namespace precompute

@@ -1,0 +1,37 @@
+#pragma once
+// One precompute job from a validated config to committed shards: read the input, prepare the
+// output folder, load and warm up the encoders, run the graph, summarise.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "pipeline/core/config.hpp"
+
+namespace precompute {
+
+struct RunSummary {
+  int64_t total_samples = 0;
+  int64_t samples_with_embeddings = 0;
+  int64_t failed_samples = 0;  // samples with at least one failure record
+  int64_t failure_records = 0;
+  std::array<int64_t, kNumModalities> embedded{};
+  std::map<std::string, int64_t> failures_by_category;
+  int64_t shards = 0;
+  int64_t bytes_written = 0;
+  double seconds = 0.0;
+  std::filesystem::path output;
+
+  // True when failures exceed run.max_failures / max_failure_fraction.
+  bool over_failure_limit(const RunSection& run) const;
+};
+
+// Runs the job. Throws ConfigError, InputError, ModelError or StorageError (see tools/cli for
+// the exit code each maps to); per-sample problems are failure records, never exceptions.
+RunSummary run_precompute(const Config& config);
+
+// The summary as printed at the end of a run.
+std::string format_summary(const RunSummary& summary);
+
+}  // namespace precompute

@@ -1,0 +1,131 @@
+#include "pipeline/stages/batch_router.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "pipeline/core/error.hpp"
+
+namespace precompute {
+
+// Note [Deterministic batches]
+// A sample's embedding may differ in the last bits with the batch it ran in (padding, kernel
+// choice by shape). So batches are a pure function of the input and the config: samples arrive
+// in seq order, a batch closes when the next sample would pass a limit, and every batch closes at
+// a shard boundary. Rerunning a shard therefore reruns exactly its batches, and a resumed run
+// stores the same bits as an uninterrupted one. The shard flush also means no batch waits for
+// samples that the in-flight limit holds back: a shard's samples never wait on the next shard.
+
+int64_t sample_cost(Modality m, const PreparedSample& sample) {
+  switch (m) {
+    case Modality::kVideo:
+      return sample.video->num_frames;
+    case Modality::kAudio:
+      return sample.audio->num_windows * sample.audio->window_samples;
+    case Modality::kText:
+      return static_cast<int64_t>(sample.text->ids.size());
+  }
+  return 0;
+}
+
+ModalityBatcher::ModalityBatcher(Modality modality, BatchLimits limits)
+    : modality_(modality), limits_(limits) {
+  PC_ASSERT(limits.max_samples >= 1, "batch size must be positive");
+  open_.modality = modality;
+}
+
+bool ModalityBatcher::fits(const PreparedSample& sample) const {
+  if (open_.samples.empty()) return true;  // a sample over the cost limit still runs, alone
+  if (static_cast<int>(open_.samples.size()) >= limits_.max_samples) return false;
+  if (limits_.equal_steps &&
+      sample_cost(modality_, sample) != sample_cost(modality_, *open_.samples.front())) {
+    return false;
+  }
+  if (limits_.max_cost <= 0) return true;
+  const int64_t cost = sample_cost(modality_, sample);
+  if (modality_ == Modality::kText) {
+    // Captions are padded to the longest one in the batch.
+    const auto n = static_cast<int64_t>(open_.samples.size()) + 1;
+    return n * std::max(open_max_tokens_, cost) <= limits_.max_cost;
+  }
+  return open_cost_ + cost <= limits_.max_cost;
+}
+
+bool ModalityBatcher::full() const {
+  if (static_cast<int>(open_.samples.size()) >= limits_.max_samples) return true;
+  if (limits_.max_cost <= 0) return false;
+  const auto n = static_cast<int64_t>(open_.samples.size());
+  return (modality_ == Modality::kText ? n * open_max_tokens_ : open_cost_) >= limits_.max_cost;
+}
+
+void ModalityBatcher::add(PreparedSamplePtr sample, std::vector<ModalityBatch>& ready) {
+  PC_ASSERT(sample->has(modality_), "sample ", sample->id, " has no ", modality_name(modality_));
+  if (!fits(*sample)) ready.push_back(*flush());
+  const int64_t cost = sample_cost(modality_, *sample);
+  open_cost_ += cost;
+  open_max_tokens_ = std::max(open_max_tokens_, cost);
+  open_.samples.push_back(std::move(sample));
+  // Close a full batch now rather than when the next sample arrives: the next sample may be
+  // held back by the in-flight limit until this batch completes.
+  if (full()) ready.push_back(*flush());
+}
+
+std::optional<ModalityBatch> ModalityBatcher::flush() {
+  if (open_.samples.empty()) return std::nullopt;
+  ModalityBatch out = std::move(open_);
+  open_ = ModalityBatch{};
+  open_.modality = modality_;
+  open_cost_ = 0;
+  open_max_tokens_ = 0;
+  return out;
+}
+
+BatchLimits batch_limits(const Config& config, Modality m) {
+  BatchLimits limits;
+  limits.max_samples = config.section(m).batch_size;
+  switch (m) {
+    case Modality::kVideo:
+      limits.max_cost = config.video.max_batch_frames;
+      limits.equal_steps = config.video.layout == VideoLayout::kClips;
+      break;
+    case Modality::kAudio:
+      limits.max_cost = config.audio.max_batch_seconds * config.audio.sample_rate;
+      break;
+    case Modality::kText:
+      limits.max_cost = config.text.max_batch_tokens;
+      break;
+  }
+  return limits;
+}
+
+BatchRouter::BatchRouter(const Config& config, int64_t total_samples)
+    : total_samples_(total_samples), shard_size_(config.output.shard_size) {
+  for (Modality m : kAllModalities) {
+    if (config.enabled(m)) batchers_[modality_index(m)].emplace(m, batch_limits(config, m));
+  }
+}
+
+BatchRouter::Routed BatchRouter::route(PreparedSamplePtr sample) {
+  PC_ASSERT(sample->seq == next_seq_, "batch router got seq ", sample->seq, ", expected ",
+            next_seq_);
+  ++next_seq_;
+  Routed out;
+  out.outline.seq = sample->seq;
+  out.outline.id = sample->id;
+  out.outline.failures = sample->failures;
+  for (Modality m : kAllModalities) {
+    auto& batcher = batchers_[modality_index(m)];
+    if (!batcher || !sample->has(m)) continue;
+    out.outline.expected[modality_index(m)] = true;
+    batcher->add(sample, out.batches);
+  }
+  const bool shard_end = (sample->seq + 1) % shard_size_ == 0 || sample->seq + 1 == total_samples_;
+  if (shard_end) {
+    for (auto& batcher : batchers_) {
+      if (!batcher) continue;
+      if (auto closed = batcher->flush()) out.batches.push_back(std::move(*closed));
+    }
+  }
+  return out;
+}
+
+}  // namespace precompute

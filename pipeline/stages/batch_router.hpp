@@ -1,0 +1,71 @@
+#pragma once
+// The batching stage. It sees prepared samples in seq order (a sequencer runs before it), sends
+// each sample's outline to the writer and its inputs to one batcher per modality, and cuts
+// batches by count and by cost (Note [Deterministic batches] in batch_router.cpp). Not
+// thread-safe: it runs in a serial node.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "pipeline/core/config.hpp"
+#include "pipeline/stages/stage_messages.hpp"
+
+namespace precompute {
+
+struct BatchLimits {
+  int max_samples = 1;     // samples per batch
+  int64_t max_cost = 0;    // cost units per batch; 0: no cost limit
+  bool equal_steps = false;  // every sample of a batch has the same step count (video clips)
+};
+
+// Cost of one sample in a batch of its modality: video frames, audio samples, or for text the
+// padded token count it adds (computed by the batcher, which knows the batch's longest caption).
+int64_t sample_cost(Modality m, const PreparedSample& sample);
+
+// Accumulates one modality's samples into batches.
+class ModalityBatcher {
+ public:
+  ModalityBatcher(Modality modality, BatchLimits limits);
+
+  // Adds a sample that has this modality. Appends to `ready` the batch closed because the sample
+  // did not fit in it, and the batch the sample filled, if any.
+  void add(PreparedSamplePtr sample, std::vector<ModalityBatch>& ready);
+  // Closes the open batch, if it holds any sample.
+  std::optional<ModalityBatch> flush();
+  size_t pending() const { return open_.samples.size(); }
+
+ private:
+  bool fits(const PreparedSample& sample) const;
+  bool full() const;
+
+  Modality modality_;
+  BatchLimits limits_;
+  ModalityBatch open_;
+  int64_t open_cost_ = 0;
+  int64_t open_max_tokens_ = 0;  // text: longest caption in the open batch
+};
+
+BatchLimits batch_limits(const Config& config, Modality m);
+
+class BatchRouter {
+ public:
+  BatchRouter(const Config& config, int64_t total_samples);
+
+  struct Routed {
+    SampleOutline outline;
+    std::vector<ModalityBatch> batches;  // ready to encode, any modality
+  };
+  // Takes the next sample in seq order.
+  Routed route(PreparedSamplePtr sample);
+  size_t pending(Modality m) const { return batchers_[modality_index(m)]->pending(); }
+
+ private:
+  int64_t total_samples_;
+  int64_t shard_size_;
+  int64_t next_seq_ = 0;
+  std::array<std::optional<ModalityBatcher>, kNumModalities> batchers_;
+};
+
+}  // namespace precompute

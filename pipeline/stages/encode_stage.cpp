@@ -1,0 +1,66 @@
+#include "pipeline/stages/encode_stage.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "pipeline/core/error.hpp"
+#include "pipeline/run_stats.hpp"
+
+namespace precompute {
+
+EncoderPool::EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders)
+    : encoders_(std::move(encoders)) {
+  PC_ASSERT(!encoders_.empty(), "an encoder pool needs an encoder");
+  for (auto& e : encoders_) free_.push_back(e.get());
+}
+
+Encoder* EncoderPool::acquire() {
+  std::unique_lock lock(mutex_);
+  available_.wait(lock, [&] { return !free_.empty(); });
+  Encoder* e = free_.back();
+  free_.pop_back();
+  return e;
+}
+
+void EncoderPool::release(Encoder* encoder) {
+  {
+    std::lock_guard lock(mutex_);
+    free_.push_back(encoder);
+  }
+  available_.notify_one();
+}
+
+EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
+  const auto m = batch.modality;
+  auto& pool = *pools_[modality_index(m)];
+  EncodedBatch out;
+  out.modality = m;
+  try {
+    out.embeddings = pool.with_encoder([&](Encoder& e) { return e.encode(batch.samples); });
+  } catch (const ModelError& batch_error) {
+    if (batch.samples.size() == 1) {
+      const auto& s = *batch.samples.front();
+      out.failures.push_back(
+          {s.seq, s.id, m, FailureCategory::kEncodeError, batch_error.what()});
+    } else {
+      // Find the sample(s) at fault: each one alone.
+      stats_->batch_retries.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("{} batch of {} samples failed ({}); retrying them one by one",
+                   modality_name(m), batch.samples.size(), batch_error.what());
+      for (const auto& sample : batch.samples) {
+        try {
+          auto one = pool.with_encoder([&](Encoder& e) { return e.encode({sample}); });
+          out.embeddings.push_back(std::move(one.front()));
+        } catch (const ModelError& e) {
+          out.failures.push_back(
+              {sample->seq, sample->id, m, FailureCategory::kEncodeError, e.what()});
+        }
+      }
+    }
+  }
+  stats_->embedded[modality_index(m)].fetch_add(static_cast<int64_t>(out.embeddings.size()),
+                                                std::memory_order_relaxed);
+  stats_->batches_done[modality_index(m)].fetch_add(1, std::memory_order_relaxed);
+  return out;
+}
+
+}  // namespace precompute

@@ -1,0 +1,63 @@
+#pragma once
+// The inference stage: one ModalityBatch in, an EncodedBatch out. The encoders of a modality (one
+// per device) sit in a pool; a call checks one out, so the node's concurrency equals the pool's
+// size and every device has one owner at a time. A batch that fails is retried sample by sample,
+// so one bad sample fails alone (category encode_error) and the rest are embedded.
+// Copyable (oneTBB copies bodies); the pool is shared and thread-safe.
+
+#include <array>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "encoders/encoder.hpp"
+#include "pipeline/stages/stage_messages.hpp"
+
+namespace precompute {
+
+struct RunStats;
+
+// The loaded encoders of one modality, one per device.
+class EncoderPool {
+ public:
+  explicit EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders);
+
+  size_t size() const { return encoders_.size(); }
+  const EncoderInfo& info() const { return encoders_.front()->info(); }
+
+  // Runs `fn(encoder)` on a free encoder, waiting for one if all are busy.
+  template <class Fn>
+  auto with_encoder(Fn&& fn) {
+    Encoder* encoder = acquire();
+    struct Release {
+      EncoderPool* pool;
+      Encoder* encoder;
+      ~Release() { pool->release(encoder); }
+    } release{this, encoder};
+    return fn(*encoder);
+  }
+
+ private:
+  Encoder* acquire();
+  void release(Encoder* encoder);
+
+  std::vector<std::unique_ptr<Encoder>> encoders_;
+  std::vector<Encoder*> free_;
+  std::mutex mutex_;
+  std::condition_variable available_;
+};
+
+using EncoderPools = std::array<std::shared_ptr<EncoderPool>, kNumModalities>;
+
+class EncodeStage {
+ public:
+  EncodeStage(EncoderPools pools, RunStats& stats) : pools_(std::move(pools)), stats_(&stats) {}
+  EncodedBatch operator()(const ModalityBatch& batch) const;
+
+ private:
+  EncoderPools pools_;
+  RunStats* stats_;
+};
+
+}  // namespace precompute

@@ -1,0 +1,102 @@
+#include "pipeline/stages/sample_preparer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <optional>
+
+#include "encoders/text/wordpiece_tokenizer.hpp"
+#include "encoders/text_encoder.hpp"
+#include "pipeline/core/error.hpp"
+#include "pipeline/media/audio_decoder.hpp"
+#include "pipeline/media/video_decoder.hpp"
+#include "pipeline/run_stats.hpp"
+
+namespace precompute {
+
+struct SamplePreparer::State {
+  bool video = false;
+  bool audio = false;
+  bool text = false;
+  VideoDecodeOptions video_options;
+  AudioDecodeOptions audio_options;
+  std::optional<WordPieceTokenizer> tokenizer;
+};
+
+SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&stats) {
+  auto state = std::make_shared<State>();
+  state->video = config.video.enabled;
+  state->audio = config.audio.enabled;
+  state->text = config.text.enabled;
+  if (state->video) state->video_options = video_decode_options(config.video);
+  if (state->audio) state->audio_options = audio_decode_options(config.audio);
+  if (state->text) {
+    state->tokenizer = WordPieceTokenizer::from_vocab_file(config.text.vocab,
+                                                           tokenizer_options(config.text));
+  }
+  state_ = std::move(state);
+}
+
+namespace {
+
+FailureRecord failure(const SampleSpec& spec, Modality m, FailureCategory category,
+                      std::string message) {
+  return FailureRecord{spec.seq, spec.id, m, category, std::move(message)};
+}
+
+// Runs one modality's preparation; any error becomes a failure record of that modality.
+template <class Fn>
+void prepare_one(const SampleSpec& spec, Modality m, PreparedSample& out, Fn&& fn) {
+  try {
+    fn();
+  } catch (const MediaError& e) {
+    out.failures.push_back(failure(spec, m, e.category(), e.what()));
+  } catch (const std::bad_alloc&) {
+    out.failures.push_back(failure(spec, m, FailureCategory::kTooLarge,
+                                   "out of host memory while preparing this sample"));
+  } catch (const InternalError&) {
+    throw;  // a bug: stop the run rather than hide it in a record
+  } catch (const std::exception& e) {
+    out.failures.push_back(failure(spec, m, FailureCategory::kDecodeError, e.what()));
+  }
+}
+
+}  // namespace
+
+PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
+  const State& s = *state_;
+  auto out = std::make_shared<PreparedSample>();
+  out->seq = spec.seq;
+  out->id = spec.id;
+  if (s.video && spec.video) {
+    prepare_one(spec, Modality::kVideo, *out,
+                [&] { out->video = decode_video(*spec.video, s.video_options); });
+  }
+  // A sample without its own audio file uses its video's audio track.
+  const auto& audio_path = spec.audio ? spec.audio : spec.video;
+  if (s.audio && audio_path) {
+    prepare_one(spec, Modality::kAudio, *out,
+                [&] { out->audio = decode_audio(*audio_path, s.audio_options); });
+  }
+  if (s.text && spec.text) {
+    prepare_one(spec, Modality::kText, *out, [&] {
+      PC_MEDIA_CHECK(spec.text->find_first_not_of(" \t\r\n\v\f") != std::string::npos,
+                     FailureCategory::kBadText, "sample '", spec.id,
+                     "': the caption is empty; give it text or leave 'text' out");
+      int64_t invalid_bytes = 0;
+      auto tokens = s.tokenizer->encode(*spec.text, &invalid_bytes);
+      if (invalid_bytes > 0) {
+        stats_->invalid_utf8_texts.fetch_add(1, std::memory_order_relaxed);
+        spdlog::debug("sample '{}': {} invalid UTF-8 byte(s) in the caption were replaced",
+                      spec.id, invalid_bytes);
+      }
+      PC_MEDIA_CHECK(tokens.ids.size() > 2, FailureCategory::kBadText, "sample '", spec.id,
+                     "': the caption has no tokens after clean-up (only control or invalid "
+                     "characters)");
+      out->text = std::move(tokens);
+    });
+  }
+  stats_->prepared.fetch_add(1, std::memory_order_relaxed);
+  return out;
+}
+
+}  // namespace precompute

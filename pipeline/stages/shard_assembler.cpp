@@ -1,0 +1,145 @@
+#include "pipeline/stages/shard_assembler.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "pipeline/core/error.hpp"
+#include "pipeline/run_stats.hpp"
+
+namespace precompute {
+
+// Note [Nothing is lost]
+// Every sample of the input ends in exactly one of two places in the shard of its seq range: in
+// /ids with the embeddings it got, or in /failures with a category and a message for each
+// modality that failed (both, when only some modalities failed). A shard is written only when
+// every seq of its range has been accounted for, so a committed shard is complete by
+// construction; `precompute inspect` and the tests count ids + failed-only samples against the
+// input.
+
+ShardAssembler::ShardAssembler(std::filesystem::path output_dir, OutputIndex index,
+                               RunStats& stats)
+    : writer_(output_dir, index.meta),
+      index_(std::move(index)),
+      stats_(&stats),
+      output_dir_(std::move(output_dir)) {}
+
+int64_t ShardAssembler::add(WriterMessage message) {
+  if (auto* outline = std::get_if<SampleOutline>(&message)) return add_outline(std::move(*outline));
+  return add_batch(std::move(std::get<EncodedBatch>(message)));
+}
+
+ShardAssembler::PendingSample& ShardAssembler::pending(int64_t seq) {
+  PC_ASSERT(seq >= 0 && seq < index_.total_samples, "seq ", seq, " outside the input");
+  return pending_[seq];
+}
+
+int64_t ShardAssembler::add_outline(SampleOutline outline) {
+  auto& p = pending(outline.seq);
+  PC_ASSERT(!p.outlined, "sample ", outline.id, " outlined twice");
+  p.outlined = true;
+  p.id = std::move(outline.id);
+  p.expected = outline.expected;
+  for (auto& f : outline.failures) p.failures.push_back(std::move(f));
+  return complete_if_ready(outline.seq);
+}
+
+int64_t ShardAssembler::add_batch(EncodedBatch batch) {
+  const int m = modality_index(batch.modality);
+  std::vector<int64_t> touched;
+  for (auto& e : batch.embeddings) {
+    auto& p = pending(e.seq);
+    PC_ASSERT(!p.received[m], "seq ", e.seq, " got ", modality_name(batch.modality), " twice");
+    p.received[m] = true;
+    touched.push_back(e.seq);
+    p.embeddings[m] = std::move(e);
+  }
+  for (auto& f : batch.failures) {
+    auto& p = pending(f.seq);
+    PC_ASSERT(!p.received[m], "seq ", f.seq, " got ", modality_name(batch.modality), " twice");
+    p.received[m] = true;
+    touched.push_back(f.seq);
+    p.failures.push_back(std::move(f));
+  }
+  int64_t completed = 0;
+  for (auto seq : touched) completed += complete_if_ready(seq);
+  return completed;
+}
+
+int64_t ShardAssembler::complete_if_ready(int64_t seq) {
+  auto it = pending_.find(seq);
+  PC_ASSERT(it != pending_.end(), "no pending sample for seq ", seq);
+  auto& p = it->second;
+  if (!p.outlined || p.expected != p.received) return 0;
+
+  const int64_t shard_size = index_.shard_size;
+  const int64_t shard_index = seq / shard_size;
+  auto& shard = open_shards_[shard_index];
+  if (shard.completed == 0) {
+    shard.contents.shard_index = shard_index;
+    shard.contents.first_seq = shard_index * shard_size;
+    shard.contents.seq_count =
+        std::min(shard_size, index_.total_samples - shard.contents.first_seq);
+  }
+  const bool any_embedding = std::any_of(p.embeddings.begin(), p.embeddings.end(),
+                                         [](const auto& e) { return e.has_value(); });
+  if (any_embedding) {
+    shard.contents.samples.push_back(ShardSample{seq, p.id, std::move(p.embeddings)});
+  }
+  if (!p.failures.empty()) stats_->failed_samples.fetch_add(1, std::memory_order_relaxed);
+  stats_->failure_records.fetch_add(static_cast<int64_t>(p.failures.size()),
+                                    std::memory_order_relaxed);
+  for (auto& f : p.failures) {
+    stats_->failures_by_category[static_cast<size_t>(f.category)].fetch_add(
+        1, std::memory_order_relaxed);
+    shard.contents.failures.push_back(std::move(f));
+  }
+  pending_.erase(it);
+  ++shard.completed;
+  stats_->completed.fetch_add(1, std::memory_order_relaxed);
+  if (shard.completed == shard.contents.seq_count) write_shard(shard_index);
+  return 1;
+}
+
+void ShardAssembler::write_shard(int64_t shard_index) {
+  auto node = open_shards_.extract(shard_index);
+  auto& contents = node.mapped().contents;
+  std::sort(contents.samples.begin(), contents.samples.end(),
+            [](const ShardSample& a, const ShardSample& b) { return a.seq < b.seq; });
+  std::stable_sort(contents.failures.begin(), contents.failures.end(),
+                   [](const FailureRecord& a, const FailureRecord& b) {
+                     return a.seq != b.seq ? a.seq < b.seq : a.modality < b.modality;
+                   });
+  const auto committed = writer_.write(contents);
+
+  IndexEntry entry;
+  entry.file = committed.file;
+  entry.shard_index = contents.shard_index;
+  entry.first_seq = contents.first_seq;
+  entry.seq_count = contents.seq_count;
+  entry.num_samples = static_cast<int64_t>(contents.samples.size());
+  entry.num_failures = static_cast<int64_t>(contents.failures.size());
+  for (const auto& s : contents.samples) {
+    for (int m = 0; m < kNumModalities; ++m) entry.modality_counts[m] += s.embeddings[m] ? 1 : 0;
+  }
+  entry.bytes = committed.bytes;
+  entry.sha256 = committed.sha256;
+  index_.shards.push_back(entry);
+  std::sort(index_.shards.begin(), index_.shards.end(),
+            [](const IndexEntry& a, const IndexEntry& b) { return a.shard_index < b.shard_index; });
+  write_index(output_dir_, index_);
+
+  stats_->shards_written.fetch_add(1, std::memory_order_relaxed);
+  stats_->bytes_written.fetch_add(static_cast<int64_t>(committed.bytes),
+                                  std::memory_order_relaxed);
+  spdlog::debug("committed {} ({} samples, {} failures, {} bytes)", committed.file,
+                entry.num_samples, entry.num_failures, committed.bytes);
+}
+
+size_t ShardAssembler::samples_held() const {
+  size_t held = pending_.size();
+  for (const auto& [index, shard] : open_shards_) held += static_cast<size_t>(shard.completed);
+  return held;
+}
+
+}  // namespace precompute

@@ -1,0 +1,63 @@
+#pragma once
+// The writer stage. It gathers each sample's parts (its outline from the batch router, then one
+// embedding or failure per expected modality, in any order), and once every sample of a shard's
+// range is complete, writes the shard and replaces the index (Note [Nothing is lost] in
+// shard_assembler.cpp). Not thread-safe: it runs in the graph's one serial writer node, the only
+// place that touches HDF5.
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "pipeline/stages/stage_messages.hpp"
+#include "storage/output_index.hpp"
+#include "storage/shard_writer.hpp"
+
+namespace precompute {
+
+struct RunStats;
+
+class ShardAssembler {
+ public:
+  // `index` is the run's index so far (its meta, totals and already committed shards).
+  ShardAssembler(std::filesystem::path output_dir, OutputIndex index, RunStats& stats);
+
+  // Each returns the number of samples the message completed (the in-flight limit is lowered by
+  // that much).
+  int64_t add(WriterMessage message);
+  int64_t add_outline(SampleOutline outline);
+  int64_t add_batch(EncodedBatch batch);
+
+  // Samples received but not yet in a committed shard.
+  size_t samples_held() const;
+  const OutputIndex& index() const { return index_; }
+
+ private:
+  struct PendingSample {
+    std::string id;
+    bool outlined = false;
+    std::array<bool, kNumModalities> expected{};
+    std::array<bool, kNumModalities> received{};
+    std::array<std::optional<SampleEmbedding>, kNumModalities> embeddings;
+    std::vector<FailureRecord> failures;
+  };
+  struct OpenShard {
+    int64_t completed = 0;
+    ShardContents contents;
+  };
+
+  PendingSample& pending(int64_t seq);
+  // Moves a sample into its shard once all its parts are in; returns 1 if it did.
+  int64_t complete_if_ready(int64_t seq);
+  void write_shard(int64_t shard_index);
+
+  ShardWriter writer_;
+  OutputIndex index_;
+  RunStats* stats_;
+  std::filesystem::path output_dir_;
+  std::unordered_map<int64_t, PendingSample> pending_;
+  std::map<int64_t, OpenShard> open_shards_;
+};
+
+}  // namespace precompute

@@ -1,0 +1,41 @@
+#pragma once
+// Messages between the pipeline's stages after decoding (the source sends SampleSpec, the
+// prepare stage PreparedSamplePtr). All are cheap to copy: oneTBB copies messages between nodes.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "pipeline/core/failure.hpp"
+#include "pipeline/core/modality.hpp"
+#include "pipeline/core/sample.hpp"
+
+namespace precompute {
+
+// Samples of one modality to embed in one forward pass, ascending seq.
+struct ModalityBatch {
+  Modality modality = Modality::kVideo;
+  std::vector<PreparedSamplePtr> samples;
+};
+
+// What the writer must wait for before a sample is complete: sent once per sample, in seq order,
+// by the batch router, while the sample's inputs travel through the encoders.
+struct SampleOutline {
+  int64_t seq = 0;
+  std::string id;
+  std::array<bool, kNumModalities> expected{};  // modalities sent to an encoder
+  std::vector<FailureRecord> failures;          // from decoding and tokenising
+};
+
+// The result of one ModalityBatch: every sample of it has an embedding or a failure record.
+struct EncodedBatch {
+  Modality modality = Modality::kVideo;
+  std::vector<SampleEmbedding> embeddings;
+  std::vector<FailureRecord> failures;
+};
+
+using WriterMessage = std::variant<SampleOutline, EncodedBatch>;
+
+}  // namespace precompute

@@ -1,0 +1,66 @@
+#pragma once
+// IEEE 754 binary16 ("half") <-> binary32 conversion, for embeddings stored as float16. Done here
+// rather than by HDF5's type conversion so that the rounding is known and tested: round to
+// nearest, ties to even; values beyond the half range become +-inf; NaN stays NaN (quiet, sign
+// and the top payload bits kept); results below the smallest half subnormal round to +-0.
+// Pure functions, thread-safe.
+
+#include <bit>
+#include <cstdint>
+
+namespace precompute {
+
+inline uint16_t float_to_half(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+
+  if (magnitude >= 0x7f800000u) {  // inf or NaN
+    if (magnitude == 0x7f800000u) return sign | 0x7c00u;
+    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  }
+  // 65520 is halfway between the largest half (65504) and 65536; it and everything above round
+  // to infinity (the tie goes to the even neighbour, which is the one past the largest).
+  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;
+
+  const uint32_t exponent = magnitude >> 23;  // biased by 127
+  if (exponent >= 113) {                      // at least 2^-14: a normal half
+    uint32_t half = ((exponent - 112) << 10) | ((magnitude >> 13) & 0x3ffu);
+    const uint32_t rest = magnitude & 0x1fffu;
+    // A carry out of the mantissa correctly moves to the next exponent.
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+
+  // A half subnormal, m * 2^-24: shift the float's mantissa (implicit bit included) into place.
+  const uint32_t shift = 126 - exponent;
+  if (shift > 24) return sign;  // below half of the smallest subnormal: rounds to zero
+  const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+  uint32_t half = mantissa >> shift;
+  const uint32_t rest = mantissa & ((1u << shift) - 1);
+  const uint32_t halfway = 1u << (shift - 1);
+  // Rounding the largest subnormal up gives 0x400, the smallest normal, as it should.
+  if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+inline float half_to_float(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1fu;
+  uint32_t mantissa = half & 0x3ffu;
+
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0) {
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  }
+  if (mantissa == 0) return std::bit_cast<float>(sign);
+  // Subnormal: normalise, every half subnormal is a normal float.
+  uint32_t float_exponent = 113;
+  while ((mantissa & 0x400u) == 0) {
+    mantissa <<= 1;
+    --float_exponent;
+  }
+  return std::bit_cast<float>(sign | (float_exponent << 23) | ((mantissa & 0x3ffu) << 13));
+}
+
+}  // namespace precompute

@@ -1,0 +1,48 @@
+#pragma once
+// index.json at the output root: which shards exist, their sample ranges and counts, the
+// modalities with their dims, and the run's fingerprint. Replaced atomically after every shard
+// commit, so a reader never sees a half-written index. Not thread-safe: the writer thread owns it.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <array>
+#include "storage/shard_contents.hpp"
+
+namespace precompute {
+
+struct IndexEntry {
+  std::string file;
+  int64_t shard_index = 0;
+  int64_t first_seq = 0;
+  int64_t seq_count = 0;
+  int64_t num_samples = 0;                                // samples with at least one embedding
+  int64_t num_failures = 0;                               // failure records
+  std::array<int64_t, kNumModalities> modality_counts{};  // samples embedded per modality
+  uint64_t bytes = 0;
+  std::string sha256;
+};
+
+struct OutputIndex {
+  ShardMeta meta;             // modalities, dtype, fingerprint
+  int64_t total_samples = 0;  // samples in the input
+  int64_t shard_size = 0;
+  std::string input;               // manifest or folder path, for the record
+  std::vector<IndexEntry> shards;  // ascending shard_index
+};
+
+inline constexpr std::string_view kIndexFileName = "index.json";
+// The "format" and "format_version" fields of index.json (docs/format.md).
+inline constexpr std::string_view kIndexFormat = "precompute-index";
+inline constexpr int64_t kIndexFormatVersion = 1;
+
+// Writes `index` to DIR/index.json atomically. Throws StorageError.
+void write_index(const std::filesystem::path& output_dir, const OutputIndex& index);
+// Reads DIR/index.json; std::nullopt when there is none. Throws StorageError when it is damaged.
+std::optional<OutputIndex> read_index(const std::filesystem::path& output_dir);
+
+}  // namespace precompute

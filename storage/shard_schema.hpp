@@ -1,0 +1,76 @@
+#pragma once
+// The names and constants of the shard format, in one place for the writer, the reader and the
+// tests. docs/format.md describes the same schema for users; change both together, and bump
+// kShardFormatVersion when a reader of the old version would misread the new files.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "pipeline/core/config.hpp"
+
+namespace precompute::shard_schema {
+
+inline constexpr std::string_view kShardFormat = "precompute-shard";
+inline constexpr int64_t kShardFormatVersion = 1;
+
+// Attributes of the root group "/".
+inline constexpr char kFormatAttr[] = "format";
+inline constexpr char kFormatVersionAttr[] = "format_version";
+inline constexpr char kToolVersionAttr[] = "tool_version";
+inline constexpr char kConfigFingerprintAttr[] = "config_fingerprint";
+inline constexpr char kConfigAttr[] = "config";
+inline constexpr char kStorageDtypeAttr[] = "storage_dtype";
+inline constexpr char kShardIndexAttr[] = "shard_index";
+inline constexpr char kFirstSeqAttr[] = "first_seq";
+inline constexpr char kSeqCountAttr[] = "seq_count";
+
+// Datasets of the root group: one row per sample that has at least one embedding.
+inline constexpr char kIdsDataset[] = "ids";
+inline constexpr char kSeqDataset[] = "seq";
+
+// Attributes of a modality group ("/video", "/audio", "/text": modality_name()).
+inline constexpr char kEncoderAttr[] = "encoder";
+inline constexpr char kEncoderSha256Attr[] = "encoder_sha256";
+inline constexpr char kPoolingAttr[] = "pooling";
+inline constexpr char kPreprocessingAttr[] = "preprocessing";
+inline constexpr char kDimAttr[] = "dim";
+inline constexpr char kLayoutAttr[] = "layout";
+inline constexpr char kDtypeAttr[] = "dtype";
+
+inline constexpr std::string_view kPooledLayout = "pooled";
+inline constexpr std::string_view kPerStepLayout = "per_step";
+
+// Datasets of a modality group. Rows follow /ids, except values and timestamps, which have one
+// row per step and are cut into samples by offsets (CSR).
+inline constexpr char kPresentDataset[] = "present";
+inline constexpr char kNumStepsDataset[] = "num_steps";
+inline constexpr char kEmbeddingsDataset[] = "embeddings";  // pooled layout
+inline constexpr char kValuesDataset[] = "values";          // per-step layout
+inline constexpr char kOffsetsDataset[] = "offsets";        // per-step layout
+inline constexpr char kTimestampsDataset[] = "timestamps";  // per-step video and audio
+inline constexpr char kTruncatedDataset[] = "truncated";    // text
+
+// The group of failure records and its datasets, one row per record.
+inline constexpr char kFailuresGroup[] = "failures";
+inline constexpr char kFailureSeqDataset[] = "seq";
+inline constexpr char kFailureIdDataset[] = "id";
+inline constexpr char kFailureModalityDataset[] = "modality";
+inline constexpr char kFailureCategoryDataset[] = "category";
+inline constexpr char kFailureMessageDataset[] = "message";
+
+// Chunks hold meta.chunk_rows rows, but never more rows than the dataset (small shards stay
+// small) and never more than this many bytes: HDF5's default chunk cache is 1 MiB per dataset,
+// and a chunk larger than the cache is read from disk again for every slice a trainer takes.
+inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
+
+// The inverse of storage_dtype_name(), for the storage_dtype attribute and index.json.
+inline std::optional<StorageDtype> parse_storage_dtype(std::string_view name) {
+  for (StorageDtype dtype : {StorageDtype::kFloat16, StorageDtype::kFloat32}) {
+    if (storage_dtype_name(dtype) == name) return dtype;
+  }
+  return std::nullopt;
+}
+
+}  // namespace precompute::shard_schema

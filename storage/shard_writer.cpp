@@ -1,0 +1,447 @@
+#include "storage/shard_writer.hpp"
+
+#include <fmt/format.h>
+#include <hdf5.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
+#include "storage/atomic_file.hpp"
+#include "storage/float16.hpp"
+#include "storage/h5_handle.hpp"
+#include "storage/shard_schema.hpp"
+
+namespace precompute {
+namespace {
+
+namespace schema = shard_schema;
+using std::filesystem::path;
+
+// ---------------------------------------------------------------------------------------------
+// Validation: everything the schema promises a reader, checked before HDF5 is called.
+
+// Names the shard and the sample at the start of a validation message.
+std::string sample_context(const path& target, const ShardSample& sample, Modality modality) {
+  return detail::concat("cannot write ", target, ": the ", modality_name(modality),
+                        " embedding of sample '", sample.id, "' (seq ", sample.seq, ")");
+}
+
+void check_no_nul(std::string_view text, const path& target, std::string_view what) {
+  // HDF5 variable-length strings end at the first NUL; the rest would be lost silently.
+  PC_CHECK(text.find('\0') == std::string_view::npos, StorageError, "cannot write ", target, ": ",
+           what, " contains a NUL character");
+}
+
+void validate_embedding(const ModalitySchema& schema, const ShardSample& sample,
+                        const SampleEmbedding& embedding, const path& target) {
+  const Modality m = schema.modality;
+  PC_ASSERT(embedding.seq == sample.seq, "embedding seq ", embedding.seq, " in sample ",
+            sample.seq);
+  PC_ASSERT(embedding.rows >= 0 && embedding.steps >= 0);
+  PC_ASSERT(embedding.values.size() == static_cast<size_t>(embedding.rows * embedding.dim),
+            "values ", embedding.values.size(), " for ", embedding.rows, " x ", embedding.dim);
+
+  PC_CHECK(embedding.dim == schema.dim, StorageError, sample_context(target, sample, m),
+           " has dim ", embedding.dim, ", but the run's ", modality_name(m), " schema has dim ",
+           schema.dim);
+  if (schema.per_step) {
+    PC_CHECK(embedding.rows >= 1, StorageError, sample_context(target, sample, m),
+             " has no rows; an empty result must be a failure record");
+  } else {
+    PC_CHECK(embedding.rows == 1, StorageError, sample_context(target, sample, m), " has ",
+             embedding.rows, " rows, but the ", modality_name(m),
+             " layout is pooled (one row per sample)");
+  }
+  const bool wants_timestamps = schema.per_step && m != Modality::kText;
+  const size_t expected_timestamps = wants_timestamps ? static_cast<size_t>(embedding.rows) : 0;
+  PC_CHECK(embedding.timestamps.size() == expected_timestamps, StorageError,
+           sample_context(target, sample, m), " has ", embedding.timestamps.size(),
+           " timestamps for ", embedding.rows, " rows; expected ", expected_timestamps,
+           wants_timestamps ? " (one per step)" : " (only per-step video and audio have them)");
+}
+
+void validate_contents(const ShardMeta& meta, const ShardContents& contents, const path& target) {
+  PC_ASSERT(contents.shard_index >= 0 && contents.first_seq >= 0 && contents.seq_count >= 0);
+  const int64_t end_seq = contents.first_seq + contents.seq_count;
+  const auto check_range = [&](int64_t seq, std::string_view id, std::string_view what) {
+    PC_CHECK(seq >= contents.first_seq && seq < end_seq, StorageError, "cannot write ", target,
+             ": ", what, " '", id, "' has seq ", seq, ", outside the shard's range [",
+             contents.first_seq, ", ", end_seq, ")");
+  };
+
+  int64_t previous_seq = -1;
+  for (const ShardSample& sample : contents.samples) {
+    check_range(sample.seq, sample.id, "sample");
+    PC_CHECK(sample.seq > previous_seq, StorageError, "cannot write ", target, ": sample '",
+             sample.id, "' (seq ", sample.seq, ") is not after seq ", previous_seq,
+             "; samples must be in ascending seq order, each once");
+    previous_seq = sample.seq;
+    check_no_nul(sample.id, target, "a sample id");
+
+    bool has_embedding = false;
+    for (Modality m : kAllModalities) {
+      const auto& embedding = sample.embeddings[modality_index(m)];
+      if (!embedding) continue;
+      const auto& schema = meta.modalities[modality_index(m)];
+      PC_CHECK(schema.has_value(), StorageError, sample_context(target, sample, m),
+               " cannot be stored: the run has no ", modality_name(m), " schema");
+      validate_embedding(*schema, sample, *embedding, target);
+      has_embedding = true;
+    }
+    PC_CHECK(has_embedding, StorageError, "cannot write ", target, ": sample '", sample.id,
+             "' (seq ", sample.seq, ") has no embedding; it belongs in the failure records only");
+  }
+
+  std::pair<int64_t, int> previous_failure{-1, -1};
+  for (const FailureRecord& failure : contents.failures) {
+    check_range(failure.seq, failure.id, "failure record of sample");
+    const std::pair<int64_t, int> key{failure.seq, modality_index(failure.modality)};
+    PC_CHECK(key >= previous_failure, StorageError, "cannot write ", target,
+             ": failure records must be in ascending (seq, modality) order; seq ", failure.seq,
+             " (", modality_name(failure.modality), ") is out of order");
+    previous_failure = key;
+    check_no_nul(failure.id, target, "a failure record's sample id");
+    check_no_nul(failure.message, target, "a failure record's message");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Columns: one modality's datasets as plain vectors, row-aligned with /ids.
+
+struct ModalityColumns {
+  std::vector<uint8_t> present;
+  std::vector<int32_t> num_steps;
+  std::vector<uint8_t> truncated;  // text only
+  std::vector<float> values;       // pooled: one row per sample, zeros where absent;
+                                   // per-step: one row per step of the present samples
+  std::vector<int64_t> offsets;    // per-step only: N + 1 row offsets into values
+  std::vector<double> timestamps;  // per-step video and audio only: one per step
+};
+
+ModalityColumns gather_columns(const ModalitySchema& schema,
+                               const std::vector<ShardSample>& samples) {
+  const size_t n = samples.size();
+  const size_t dim = static_cast<size_t>(schema.dim);
+  const bool is_text = schema.modality == Modality::kText;
+  ModalityColumns columns;
+  columns.present.assign(n, 0);
+  columns.num_steps.assign(n, 0);
+  if (is_text) columns.truncated.assign(n, 0);
+  if (schema.per_step) {
+    columns.offsets.reserve(n + 1);
+    columns.offsets.push_back(0);
+  } else {
+    columns.values.assign(n * dim, 0.0f);
+  }
+
+  for (size_t i = 0; i < n; ++i) {
+    const auto& embedding = samples[i].embeddings[modality_index(schema.modality)];
+    if (embedding) {
+      columns.present[i] = 1;
+      columns.num_steps[i] = embedding->steps;
+      if (is_text) columns.truncated[i] = embedding->truncated ? 1 : 0;
+      if (schema.per_step) {
+        columns.values.insert(columns.values.end(), embedding->values.begin(),
+                              embedding->values.end());
+        columns.timestamps.insert(columns.timestamps.end(), embedding->timestamps.begin(),
+                                  embedding->timestamps.end());
+      } else {
+        std::copy(embedding->values.begin(), embedding->values.end(),
+                  columns.values.begin() + static_cast<std::ptrdiff_t>(i * dim));
+      }
+    }
+    if (schema.per_step)
+      columns.offsets.push_back(static_cast<int64_t>(columns.values.size() / dim));
+  }
+  return columns;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HDF5: the file, built in memory.
+
+// An open group and its path, for messages.
+struct Group {
+  H5Handle handle;
+  std::string path;
+
+  std::string child(std::string_view name) const {
+    return path.ends_with('/') ? path + std::string(name) : path + "/" + std::string(name);
+  }
+};
+
+// Builds one shard file in memory and returns its bytes. Every HDF5 failure throws StorageError
+// naming `target`, the file the image is for.
+class ShardImageBuilder {
+ public:
+  ShardImageBuilder(const ShardMeta& meta, const path& target)
+      : meta_(meta),
+        target_(target),
+        string_type_(make_utf8_string_type(target)),
+        float16_type_(make_float16_type(target)) {}
+
+  std::string build(const ShardContents& contents);
+
+ private:
+  void write_root(const Group& root, const ShardContents& contents);
+  void write_modality(const Group& root, const ModalitySchema& schema,
+                      const std::vector<ShardSample>& samples);
+  void write_failures(const Group& root, const std::vector<FailureRecord>& failures);
+
+  Group create_group(const Group& parent, std::string_view name);
+  void write_attribute(const Group& group, const char* name, std::string_view value);
+  void write_attribute(const Group& group, const char* name, int64_t value);
+  template <class T>
+  void write_column(const Group& group, const char* name, const std::vector<T>& values) {
+    write_dataset(group, name, {values.size(), 0}, H5Type<T>::file(), H5Type<T>::memory(),
+                  values.data());
+  }
+  void write_strings(const Group& group, const char* name, const std::vector<std::string>& values);
+  void write_embedding_rows(const Group& group, const char* name, const std::vector<float>& values,
+                            int64_t dim);
+  // A chunked dataset of `shape` (rows, or rows x columns when columns > 0), growable in rows.
+  void write_dataset(const Group& group, const char* name, std::array<hsize_t, 2> shape,
+                     hid_t file_type, hid_t memory_type, const void* data);
+  H5Handle object_creation_properties(hid_t property_class, std::string_view what);
+
+  const ShardMeta& meta_;
+  const path& target_;
+  H5Handle string_type_;
+  H5Handle float16_type_;
+};
+
+std::string ShardImageBuilder::build(const ShardContents& contents) {
+  // Note [Shard in memory]: the core driver without a backing store keeps the whole file in
+  // memory, so HDF5 never writes to the output folder; the image is committed by
+  // write_file_atomically() instead (RELIABILITY.md, "HDF5 is not crash-safe by itself").
+  constexpr size_t kCoreIncrement = size_t{4} << 20;  // memory grows in 4 MiB steps
+  H5Handle access = h5_own(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(file access)", target_);
+  h5_check(H5Pset_fapl_core(access.get(), kCoreIncrement, /*backing_store=*/0), "H5Pset_fapl_core",
+           target_);
+  H5Handle creation = object_creation_properties(H5P_FILE_CREATE, "file");
+
+  // HDF5 first tries to open the name as an existing file, even with the core driver. A path
+  // below /dev/null cannot exist, so that probe never reads anything from disk.
+  const std::string memory_name = "/dev/null/precompute-in-memory/" + target_.filename().string();
+  std::string image;
+  {
+    H5Handle file =
+        h5_own(H5Fcreate(memory_name.c_str(), H5F_ACC_TRUNC, creation.get(), access.get()),
+               "H5Fcreate (in memory)", target_);
+    {
+      const Group root{h5_own(H5Gopen2(file.get(), "/", H5P_DEFAULT), "H5Gopen2 /", target_), "/"};
+      write_root(root, contents);
+      for (const auto& schema : meta_.modalities) {
+        if (schema) write_modality(root, *schema, contents.samples);
+      }
+      write_failures(root, contents.failures);
+    }
+    h5_check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush (in memory)", target_);
+    const ssize_t size =
+        h5_check(H5Fget_file_image(file.get(), nullptr, 0), "H5Fget_file_image (size)", target_);
+    image.resize(static_cast<size_t>(size));
+    h5_check(H5Fget_file_image(file.get(), image.data(), image.size()), "H5Fget_file_image",
+             target_);
+  }
+  return image;
+}
+
+void ShardImageBuilder::write_root(const Group& root, const ShardContents& contents) {
+  write_attribute(root, schema::kFormatAttr, schema::kShardFormat);
+  write_attribute(root, schema::kFormatVersionAttr, schema::kShardFormatVersion);
+  write_attribute(root, schema::kToolVersionAttr, meta_.tool_version);
+  write_attribute(root, schema::kConfigFingerprintAttr, meta_.config_fingerprint);
+  write_attribute(root, schema::kConfigAttr, meta_.config_json);
+  write_attribute(root, schema::kStorageDtypeAttr, storage_dtype_name(meta_.dtype));
+  write_attribute(root, schema::kShardIndexAttr, contents.shard_index);
+  write_attribute(root, schema::kFirstSeqAttr, contents.first_seq);
+  write_attribute(root, schema::kSeqCountAttr, contents.seq_count);
+
+  std::vector<std::string> ids;
+  std::vector<int64_t> seqs;
+  ids.reserve(contents.samples.size());
+  seqs.reserve(contents.samples.size());
+  for (const ShardSample& sample : contents.samples) {
+    ids.push_back(sample.id);
+    seqs.push_back(sample.seq);
+  }
+  write_strings(root, schema::kIdsDataset, ids);
+  write_column(root, schema::kSeqDataset, seqs);
+}
+
+void ShardImageBuilder::write_modality(const Group& root, const ModalitySchema& schema,
+                                       const std::vector<ShardSample>& samples) {
+  const Group group = create_group(root, modality_name(schema.modality));
+  write_attribute(group, schema::kEncoderAttr, schema.encoder);
+  write_attribute(group, schema::kEncoderSha256Attr, schema.encoder_sha256);
+  write_attribute(group, schema::kPoolingAttr, schema.pooling);
+  write_attribute(group, schema::kPreprocessingAttr, schema.preprocessing_json);
+  write_attribute(group, schema::kDimAttr, schema.dim);
+  write_attribute(group, schema::kLayoutAttr,
+                  schema.per_step ? schema::kPerStepLayout : schema::kPooledLayout);
+  write_attribute(group, schema::kDtypeAttr, storage_dtype_name(meta_.dtype));
+
+  const ModalityColumns columns = gather_columns(schema, samples);
+  write_column(group, schema::kPresentDataset, columns.present);
+  write_column(group, schema::kNumStepsDataset, columns.num_steps);
+  if (schema.modality == Modality::kText) {
+    write_column(group, schema::kTruncatedDataset, columns.truncated);
+  }
+  if (schema.per_step) {
+    write_embedding_rows(group, schema::kValuesDataset, columns.values, schema.dim);
+    write_column(group, schema::kOffsetsDataset, columns.offsets);
+    if (schema.modality != Modality::kText) {
+      write_column(group, schema::kTimestampsDataset, columns.timestamps);
+    }
+  } else {
+    write_embedding_rows(group, schema::kEmbeddingsDataset, columns.values, schema.dim);
+  }
+}
+
+void ShardImageBuilder::write_failures(const Group& root,
+                                       const std::vector<FailureRecord>& failures) {
+  std::vector<int64_t> seqs;
+  std::vector<std::string> ids, modalities, categories, messages;
+  for (const FailureRecord& failure : failures) {
+    seqs.push_back(failure.seq);
+    ids.push_back(failure.id);
+    modalities.emplace_back(modality_name(failure.modality));
+    categories.emplace_back(failure_category_name(failure.category));
+    messages.push_back(failure.message);
+  }
+  const Group group = create_group(root, schema::kFailuresGroup);
+  write_column(group, schema::kFailureSeqDataset, seqs);
+  write_strings(group, schema::kFailureIdDataset, ids);
+  write_strings(group, schema::kFailureModalityDataset, modalities);
+  write_strings(group, schema::kFailureCategoryDataset, categories);
+  write_strings(group, schema::kFailureMessageDataset, messages);
+}
+
+H5Handle ShardImageBuilder::object_creation_properties(hid_t property_class,
+                                                       std::string_view what) {
+  H5Handle properties =
+      h5_own(H5Pcreate(property_class), fmt::format("H5Pcreate({} creation)", what), target_);
+  // Without modification times in object headers, equal contents give byte-identical shards
+  // (and equal sha256), so a rerun or a resumed run can be compared with the original.
+  h5_check(H5Pset_obj_track_times(properties.get(), false), "H5Pset_obj_track_times", target_);
+  return properties;
+}
+
+Group ShardImageBuilder::create_group(const Group& parent, std::string_view name) {
+  std::string group_path = parent.child(name);
+  H5Handle properties = object_creation_properties(H5P_GROUP_CREATE, "group");
+  H5Handle group = h5_own(H5Gcreate2(parent.handle.get(), std::string(name).c_str(), H5P_DEFAULT,
+                                     properties.get(), H5P_DEFAULT),
+                          "H5Gcreate2 " + group_path, target_);
+  return {std::move(group), std::move(group_path)};
+}
+
+void ShardImageBuilder::write_attribute(const Group& group, const char* name,
+                                        std::string_view value) {
+  const std::string operation = "writing attribute " + group.child(name);
+  const std::string text(value);
+  const char* pointer = text.c_str();
+  H5Handle space = h5_own(H5Screate(H5S_SCALAR), operation, target_);
+  H5Handle attribute = h5_own(H5Acreate2(group.handle.get(), name, string_type_.get(), space.get(),
+                                         H5P_DEFAULT, H5P_DEFAULT),
+                              operation, target_);
+  h5_check(H5Awrite(attribute.get(), string_type_.get(), &pointer), operation, target_);
+}
+
+void ShardImageBuilder::write_attribute(const Group& group, const char* name, int64_t value) {
+  const std::string operation = "writing attribute " + group.child(name);
+  H5Handle space = h5_own(H5Screate(H5S_SCALAR), operation, target_);
+  H5Handle attribute = h5_own(
+      H5Acreate2(group.handle.get(), name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+      operation, target_);
+  h5_check(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value), operation, target_);
+}
+
+void ShardImageBuilder::write_strings(const Group& group, const char* name,
+                                      const std::vector<std::string>& values) {
+  std::vector<const char*> pointers;
+  pointers.reserve(values.size());
+  for (const std::string& value : values) pointers.push_back(value.c_str());
+  write_dataset(group, name, {values.size(), 0}, string_type_.get(), string_type_.get(),
+                pointers.data());
+}
+
+void ShardImageBuilder::write_embedding_rows(const Group& group, const char* name,
+                                             const std::vector<float>& values, int64_t dim) {
+  const std::array<hsize_t, 2> shape = {values.size() / static_cast<size_t>(dim),
+                                        static_cast<hsize_t>(dim)};
+  if (meta_.dtype == StorageDtype::kFloat32) {
+    write_dataset(group, name, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, values.data());
+    return;
+  }
+  // Converted here, and written with the file's own type, so HDF5 converts nothing.
+  std::vector<uint16_t> halves(values.size());
+  std::transform(values.begin(), values.end(), halves.begin(), float_to_half);
+  write_dataset(group, name, shape, float16_type_.get(), float16_type_.get(), halves.data());
+}
+
+void ShardImageBuilder::write_dataset(const Group& group, const char* name,
+                                      std::array<hsize_t, 2> shape, hid_t file_type,
+                                      hid_t memory_type, const void* data) {
+  const std::string operation = "writing dataset " + group.child(name);
+  const int rank = shape[1] > 0 ? 2 : 1;
+  // Growable rows give every dataset, even one of 0 rows, a valid chunk shape (chunk dimensions
+  // must be positive, and may exceed the current size only along an unlimited dimension).
+  const std::array<hsize_t, 2> max_shape = {H5S_UNLIMITED, shape[1]};
+  const size_t row_bytes = H5Tget_size(file_type) * (rank == 2 ? shape[1] : 1);
+  const hsize_t rows_by_bytes = std::max<hsize_t>(1, schema::kMaxChunkBytes / row_bytes);
+  const hsize_t chunk_rows = std::clamp<hsize_t>(
+      std::min<hsize_t>(static_cast<hsize_t>(meta_.chunk_rows), shape[0]), 1, rows_by_bytes);
+  const std::array<hsize_t, 2> chunk = {chunk_rows, shape[1]};
+
+  H5Handle space =
+      h5_own(H5Screate_simple(rank, shape.data(), max_shape.data()), operation, target_);
+  H5Handle properties = object_creation_properties(H5P_DATASET_CREATE, "dataset");
+  h5_check(H5Pset_chunk(properties.get(), rank, chunk.data()), operation, target_);
+  H5Handle dataset = h5_own(H5Dcreate2(group.handle.get(), name, file_type, space.get(),
+                                       H5P_DEFAULT, properties.get(), H5P_DEFAULT),
+                            operation, target_);
+  if (shape[0] == 0)
+    return;  // nothing to write, and HDF5 rejects the null buffer of an empty vector
+  h5_check(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), operation,
+           target_);
+}
+
+}  // namespace
+
+std::string shard_file_name(int64_t shard_index) {
+  return fmt::format("shard-{:06d}.h5", shard_index);
+}
+
+ShardWriter::ShardWriter(std::filesystem::path output_dir, ShardMeta meta)
+    : output_dir_(std::move(output_dir)), meta_(std::move(meta)) {
+  PC_ASSERT(meta_.chunk_rows > 0, "chunk_rows ", meta_.chunk_rows);
+  for (Modality m : kAllModalities) {
+    const auto& schema = meta_.modalities[modality_index(m)];
+    if (!schema) continue;
+    PC_ASSERT(schema->modality == m, "the schema in the ", modality_name(m), " slot is for ",
+              modality_name(schema->modality));
+    PC_ASSERT(schema->dim > 0, modality_name(m), " dim ", schema->dim);
+  }
+}
+
+CommittedShard ShardWriter::write(const ShardContents& contents) {
+  CommittedShard committed;
+  committed.file = shard_file_name(contents.shard_index);
+  const path target = output_dir_ / committed.file;
+  validate_contents(meta_, contents, target);
+
+  disable_hdf5_error_printing();
+  const std::string image = ShardImageBuilder(meta_, target).build(contents);
+  write_file_atomically(target, image);
+  committed.bytes = image.size();
+  committed.sha256 = sha256_hex(image);
+  return committed;
+}
+
+}  // namespace precompute

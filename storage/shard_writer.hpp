@@ -1,0 +1,39 @@
+#pragma once
+// Writes one shard: the HDF5 file is built in memory with HDF5's core driver (so that HDF5 never
+// touches the output folder), then its image is committed by write_file_atomically(): temp file,
+// fsync, rename, folder fsync (see ../shared/RELIABILITY.md, "HDF5 is not crash-safe by itself").
+// Not thread-safe: one writer thread owns it (HDF5 is not concurrent).
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "storage/shard_contents.hpp"
+
+namespace precompute {
+
+struct CommittedShard {
+  std::string file;  // name inside the output folder, e.g. shard-000012.h5
+  uint64_t bytes = 0;
+  std::string sha256;  // of the file's bytes
+};
+
+std::string shard_file_name(int64_t shard_index);
+
+class ShardWriter {
+ public:
+  ShardWriter(std::filesystem::path output_dir, ShardMeta meta);
+
+  // Validates `contents` against the meta (dims, per-step rows, ascending seqs), builds the
+  // shard and commits it under shard_file_name(contents.shard_index). Throws StorageError naming
+  // the path on any failure; the output folder then holds no partial shard file.
+  CommittedShard write(const ShardContents& contents);
+
+  const ShardMeta& meta() const { return meta_; }
+
+ private:
+  std::filesystem::path output_dir_;
+  ShardMeta meta_;
+};
+
+}  // namespace precompute

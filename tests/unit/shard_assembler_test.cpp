@@ -1,0 +1,94 @@
+#include "pipeline/stages/shard_assembler.hpp"
+
+#include <gtest/gtest.h>
+
+#include "pipeline/run_stats.hpp"
+#include "storage/shard_reader.hpp"
+#include "test_media.hpp"
+
+namespace precompute {
+namespace {
+
+OutputIndex make_index(int64_t total, int64_t shard_size) {
+  OutputIndex index;
+  index.total_samples = total;
+  index.shard_size = shard_size;
+  index.meta.tool_version = "test";
+  index.meta.config_fingerprint = "f";
+  index.meta.dtype = StorageDtype::kFloat32;
+  for (Modality m : {Modality::kVideo, Modality::kText}) {
+    ModalitySchema schema;
+    schema.modality = m;
+    schema.dim = 2;
+    schema.encoder = "probe.pt";
+    schema.pooling = "mean";
+    schema.preprocessing_json = "{}";
+    index.meta.modalities[modality_index(m)] = schema;
+  }
+  return index;
+}
+
+SampleOutline outline(int64_t seq, bool video, bool text) {
+  SampleOutline o;
+  o.seq = seq;
+  o.id = "id" + std::to_string(seq);
+  o.expected[modality_index(Modality::kVideo)] = video;
+  o.expected[modality_index(Modality::kText)] = text;
+  return o;
+}
+
+SampleEmbedding embedding(int64_t seq, float value) {
+  SampleEmbedding e;
+  e.seq = seq;
+  e.rows = 1;
+  e.dim = 2;
+  e.values = {value, -value};
+  e.steps = 1;
+  return e;
+}
+
+TEST(ShardAssemblerTest, WritesAShardOnlyWhenEverySampleOfItsRangeIsComplete) {
+  testing::TempDir dir;
+  RunStats stats;
+  ShardAssembler a(dir.path(), make_index(5, 3), stats);
+
+  // Parts arrive out of order: text batch before the outlines, shard 1 before shard 0.
+  EncodedBatch text{Modality::kText, {embedding(0, 1), embedding(1, 2), embedding(4, 5)}, {}};
+  EXPECT_EQ(a.add(WriterMessage(text)), 0);
+  EXPECT_EQ(a.add(WriterMessage(outline(3, false, false))), 1);  // nothing expected: complete
+  EXPECT_EQ(a.add(WriterMessage(outline(4, false, true))), 1);
+  EXPECT_EQ(stats.shards_written.load(), 1);  // shard 1 = seqs 3, 4
+  EXPECT_EQ(a.add(WriterMessage(outline(0, true, true))), 0);  // waits for its video
+  EXPECT_EQ(a.add(WriterMessage(outline(1, false, true))), 1);
+  auto failed = outline(2, true, false);
+  failed.failures.push_back({2, "id2", Modality::kText, FailureCategory::kBadText, "empty"});
+  EXPECT_EQ(a.add(WriterMessage(failed)), 0);
+  EncodedBatch video{Modality::kVideo, {embedding(0, 9)}, {}};
+  video.failures.push_back({2, "id2", Modality::kVideo, FailureCategory::kEncodeError, "boom"});
+  EXPECT_EQ(a.add(WriterMessage(video)), 2);
+  EXPECT_EQ(stats.shards_written.load(), 2);
+  EXPECT_EQ(a.samples_held(), 0u);
+  EXPECT_EQ(stats.failed_samples.load(), 1);
+
+  const auto shard0 = read_shard(dir / "shard-000000.h5");
+  ASSERT_EQ(shard0.contents.samples.size(), 2u);  // id2 failed everything: not in ids
+  EXPECT_EQ(shard0.contents.samples[0].id, "id0");
+  EXPECT_TRUE(shard0.contents.samples[0].embeddings[modality_index(Modality::kVideo)]);
+  EXPECT_FLOAT_EQ(shard0.contents.samples[0].embeddings[modality_index(Modality::kVideo)]->values[0],
+                  9.0f);
+  EXPECT_FALSE(shard0.contents.samples[1].embeddings[modality_index(Modality::kVideo)]);
+  ASSERT_EQ(shard0.contents.failures.size(), 2u);
+  EXPECT_EQ(shard0.contents.failures[0].modality, Modality::kVideo);  // ordered by modality
+  EXPECT_EQ(shard0.contents.failures[1].category, FailureCategory::kBadText);
+
+  const auto index = read_index(dir.path());
+  ASSERT_TRUE(index);
+  ASSERT_EQ(index->shards.size(), 2u);
+  EXPECT_EQ(index->shards[0].num_samples, 2);
+  EXPECT_EQ(index->shards[0].num_failures, 2);
+  EXPECT_EQ(index->shards[1].seq_count, 2);
+  EXPECT_EQ(index->shards[1].modality_counts[modality_index(Modality::kText)], 1);
+}
+
+}  // namespace
+}  // namespace precompute

@@ -1,0 +1,605 @@
+#include "pipeline/media/video_decoder.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pipeline/core/error.hpp"
+#include "test_media.hpp"
+
+namespace precompute {
+namespace {
+
+using testing::run_ffmpeg;
+using testing::shell_quote;
+using testing::TempDir;
+
+constexpr double kColourTolerance = 8.0;  // levels of 255: codec and YUV round trip
+constexpr double kFramePeriod = 1.0 / 25;
+
+std::string quoted(const std::filesystem::path& path) { return shell_quote(path.string()); }
+
+// ffmpeg inputs for four seconds at 25 fps, one solid colour per second: red, green, blue,
+// white.
+std::string colour_clip_inputs() {
+  std::string inputs;
+  for (const char* colour : {"0xFF0000", "0x00FF00", "0x0000FF", "0xFFFFFF"}) {
+    inputs += std::string(" -f lavfi -i color=c=") + colour + ":s=160x120:r=25:d=1";
+  }
+  return inputs + " -filter_complex '[0][1][2][3]concat=n=4:v=1:a=0'";
+}
+
+// The colour clip; `encode` is the ffmpeg output options, e.g. "-c:v libx264 -pix_fmt yuv420p".
+void make_colour_clip(const std::filesystem::path& path, const std::string& encode) {
+  run_ffmpeg(colour_clip_inputs() + " " + encode + " " + quoted(path));
+}
+
+struct Rgb {
+  double r = 0;
+  double g = 0;
+  double b = 0;
+};
+const Rgb kRed{255, 0, 0};
+const Rgb kGreen{0, 255, 0};
+const Rgb kBlue{0, 0, 255};
+const Rgb kWhite{255, 255, 255};
+const Rgb kBlack{0, 0, 0};
+const Rgb kSecondColours[] = {kRed, kGreen, kBlue, kWhite};
+
+// Mean colour of frame `index` over columns [x0, x1) (all columns by default).
+Rgb mean_rgb(const VideoFrames& frames, int64_t index, int x0 = 0, int x1 = -1) {
+  if (x1 < 0) x1 = frames.width;
+  const uint8_t* base = frames.rgb.data() + index * frames.height * frames.width * 3;
+  Rgb sum;
+  for (int y = 0; y < frames.height; ++y) {
+    for (int x = x0; x < x1; ++x) {
+      const uint8_t* px = base + (static_cast<size_t>(y) * frames.width + x) * 3;
+      sum.r += px[0];
+      sum.g += px[1];
+      sum.b += px[2];
+    }
+  }
+  const double n = static_cast<double>(frames.height) * (x1 - x0);
+  return {sum.r / n, sum.g / n, sum.b / n};
+}
+
+// Mean colour of rows [y0, y1) of frame `index`.
+Rgb mean_rgb_rows(const VideoFrames& frames, int64_t index, int y0, int y1) {
+  const uint8_t* base = frames.rgb.data() + index * frames.height * frames.width * 3;
+  Rgb sum;
+  for (int y = y0; y < y1; ++y) {
+    for (int x = 0; x < frames.width; ++x) {
+      const uint8_t* px = base + (static_cast<size_t>(y) * frames.width + x) * 3;
+      sum.r += px[0];
+      sum.g += px[1];
+      sum.b += px[2];
+    }
+  }
+  const double n = static_cast<double>(frames.width) * (y1 - y0);
+  return {sum.r / n, sum.g / n, sum.b / n};
+}
+
+::testing::AssertionResult near_colour(const Rgb& actual, const Rgb& expected) {
+  if (std::abs(actual.r - expected.r) <= kColourTolerance &&
+      std::abs(actual.g - expected.g) <= kColourTolerance &&
+      std::abs(actual.b - expected.b) <= kColourTolerance) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "mean RGB (" << actual.r << ", " << actual.g << ", " << actual.b << "), expected ("
+         << expected.r << ", " << expected.g << ", " << expected.b << ") within "
+         << kColourTolerance;
+}
+
+VideoDecodeOptions fps_options(double fps, int size = 32) {
+  VideoDecodeOptions options;
+  options.fps = fps;
+  options.width = size;
+  options.height = size;
+  return options;
+}
+
+VideoDecodeOptions num_frames_options(int num_frames, int size = 32) {
+  VideoDecodeOptions options;
+  options.num_frames = num_frames;
+  options.width = size;
+  options.height = size;
+  return options;
+}
+
+// What decode_video threw: the failure category's name and the message ("none" if it returned).
+struct Outcome {
+  std::string category;
+  std::string message;
+};
+Outcome outcome_of(const std::filesystem::path& file, const VideoDecodeOptions& options) {
+  try {
+    decode_video(file, options);
+  } catch (const MediaError& e) {
+    return {std::string(failure_category_name(e.category())), e.what()};
+  }
+  return {"none", ""};
+}
+
+// The colour clip decoded at 1 fps, checked second by second.
+void expect_one_frame_per_colour(const std::filesystem::path& clip) {
+  const VideoFrames frames = decode_video(clip, fps_options(1.0));
+  ASSERT_EQ(frames.num_frames, 4);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TRUE(near_colour(mean_rgb(frames, k), kSecondColours[k])) << "frame " << k;
+    EXPECT_NEAR(frames.timestamps[k], k + 0.5, kFramePeriod) << "frame " << k;
+  }
+}
+
+TEST(VideoDecoder, FpsSamplingTakesTheFrameOnScreenAtEachIntervalCentre) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  const VideoFrames frames = decode_video(clip, fps_options(1.0));
+  ASSERT_EQ(frames.num_frames, 4);
+  EXPECT_EQ(frames.timestamps.size(), 4u);
+  EXPECT_NEAR(frames.duration_s, 4.0, 1e-6);
+  EXPECT_EQ(frames.source_width, 160);
+  EXPECT_EQ(frames.source_height, 120);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TRUE(near_colour(mean_rgb(frames, k), kSecondColours[k])) << "frame " << k;
+    // The frame on screen at t = k + 0.5 starts at most one frame period earlier.
+    EXPECT_LE(frames.timestamps[k], k + 0.5) << "frame " << k;
+    EXPECT_GT(frames.timestamps[k], k + 0.5 - kFramePeriod) << "frame " << k;
+  }
+}
+
+TEST(VideoDecoder, FpsSamplingAtTwoFramesPerSecondGivesTwoFramesPerColour) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  const VideoFrames frames = decode_video(clip, fps_options(2.0));
+  ASSERT_EQ(frames.num_frames, 8);
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_TRUE(near_colour(mean_rgb(frames, k), kSecondColours[k / 2])) << "frame " << k;
+    EXPECT_NEAR(frames.timestamps[k], (k + 0.5) * 0.5, kFramePeriod) << "frame " << k;
+  }
+}
+
+TEST(VideoDecoder, NumFramesSpreadsFramesEvenlyOverTheClip) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  const VideoFrames frames = decode_video(clip, num_frames_options(8));
+  ASSERT_EQ(frames.num_frames, 8);
+  ASSERT_EQ(frames.rgb.size(), 8u * 32 * 32 * 3);
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_NEAR(frames.timestamps[k], (k + 0.5) * 0.5, kFramePeriod) << "frame " << k;
+    EXPECT_TRUE(near_colour(mean_rgb(frames, k), kSecondColours[k / 2])) << "frame " << k;
+  }
+}
+
+TEST(VideoDecoder, ShortClipRepeatsFramesToGiveNumFrames) {
+  TempDir dir;
+  const auto clip = dir / "three.mp4";
+  run_ffmpeg(
+      "-f lavfi -i color=c=0x00FF00:s=64x48:r=25 -frames:v 3 -c:v libx264 -pix_fmt yuv420p " +
+      quoted(clip));
+  const VideoFrames frames = decode_video(clip, num_frames_options(8));
+  ASSERT_EQ(frames.num_frames, 8);
+  // Frames at 0, 0.04 and 0.08 s; targets every 0.015 s from 0.0075 s.
+  const double expected[8] = {0, 0, 0, 0.04, 0.04, 0.08, 0.08, 0.08};
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_TRUE(near_colour(mean_rgb(frames, k), kGreen)) << "frame " << k;
+    EXPECT_NEAR(frames.timestamps[k], expected[k], 1e-9) << "frame " << k;
+  }
+}
+
+TEST(VideoDecoder, OneFrameVideoGivesCopiesOfItsFrame) {
+  TempDir dir;
+  const auto clip = dir / "one.mp4";
+  run_ffmpeg(
+      "-f lavfi -i color=c=0x0000FF:s=64x48:r=25 -frames:v 1 -c:v libx264 -pix_fmt yuv420p " +
+      quoted(clip));
+  const VideoFrames by_count = decode_video(clip, num_frames_options(4));
+  ASSERT_EQ(by_count.num_frames, 4);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TRUE(near_colour(mean_rgb(by_count, k), kBlue)) << "frame " << k;
+    EXPECT_DOUBLE_EQ(by_count.timestamps[k], 0.0);
+  }
+  const VideoFrames by_rate = decode_video(clip, fps_options(1.0));
+  ASSERT_EQ(by_rate.num_frames, 1);
+  EXPECT_TRUE(near_colour(mean_rgb(by_rate, 0), kBlue));
+}
+
+// A black picture with white bands over its first and last quarter along its long side.
+void make_banded_picture(const std::filesystem::path& path, bool portrait) {
+  const std::string bands = portrait ? "drawbox=x=0:y=0:w=240:h=160:color=white:t=fill,"
+                                       "drawbox=x=0:y=480:w=240:h=160:color=white:t=fill"
+                                     : "drawbox=x=0:y=0:w=160:h=240:color=white:t=fill,"
+                                       "drawbox=x=480:y=0:w=160:h=240:color=white:t=fill";
+  run_ffmpeg(std::string("-f lavfi -i color=c=black:s=") + (portrait ? "240x640" : "640x240") +
+             ":r=25:d=0.2 -vf " + bands + " -c:v libx264 -pix_fmt yuv420p " + quoted(path));
+}
+
+TEST(VideoDecoder, ShorterSideCropKeepsOnlyTheCentreOfALandscapePicture) {
+  TempDir dir;
+  const auto clip = dir / "landscape.mp4";
+  make_banded_picture(clip, /*portrait=*/false);
+  VideoDecodeOptions options = num_frames_options(1, 64);
+  options.resize = ResizeMode::kShorterSideCrop;
+  const VideoFrames frames = decode_video(clip, options);
+  // The centred 240x240 square lies between the bands.
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 0), kBlack));
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 0, 0, 4), kBlack));
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 0, 60, 64), kBlack));
+}
+
+TEST(VideoDecoder, StretchKeepsTheWholeLandscapePicture) {
+  TempDir dir;
+  const auto clip = dir / "landscape.mp4";
+  make_banded_picture(clip, /*portrait=*/false);
+  VideoDecodeOptions options = num_frames_options(1, 64);
+  options.resize = ResizeMode::kStretch;
+  const VideoFrames frames = decode_video(clip, options);
+  // Each band becomes the outer 16 columns; away from the band edges they are white.
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 0, 0, 12), kWhite));
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 0, 52, 64), kWhite));
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 0, 20, 44), kBlack));
+}
+
+TEST(VideoDecoder, CropAndStretchOfAPortraitPicture) {
+  TempDir dir;
+  const auto clip = dir / "portrait.mp4";
+  make_banded_picture(clip, /*portrait=*/true);
+  VideoDecodeOptions options = num_frames_options(1, 64);
+  options.resize = ResizeMode::kShorterSideCrop;
+  const VideoFrames cropped = decode_video(clip, options);
+  EXPECT_TRUE(near_colour(mean_rgb(cropped, 0), kBlack));
+  EXPECT_TRUE(near_colour(mean_rgb_rows(cropped, 0, 0, 4), kBlack));
+  EXPECT_TRUE(near_colour(mean_rgb_rows(cropped, 0, 60, 64), kBlack));
+
+  options.resize = ResizeMode::kStretch;
+  const VideoFrames stretched = decode_video(clip, options);
+  EXPECT_TRUE(near_colour(mean_rgb_rows(stretched, 0, 0, 12), kWhite));
+  EXPECT_TRUE(near_colour(mean_rgb_rows(stretched, 0, 52, 64), kWhite));
+  EXPECT_TRUE(near_colour(mean_rgb_rows(stretched, 0, 20, 44), kBlack));
+}
+
+TEST(VideoDecoder, HdSourceScalesTo224Square) {
+  TempDir dir;
+  const auto clip = dir / "hd.mp4";
+  run_ffmpeg("-f lavfi -i testsrc2=s=1280x720:r=25:d=0.5 -c:v libx264 -pix_fmt yuv420p " +
+             quoted(clip));
+  const VideoFrames frames = decode_video(clip, num_frames_options(3, 224));
+  EXPECT_EQ(frames.num_frames, 3);
+  EXPECT_EQ(frames.width, 224);
+  EXPECT_EQ(frames.height, 224);
+  EXPECT_EQ(frames.rgb.size(), 3u * 224 * 224 * 3);
+  EXPECT_EQ(frames.source_width, 1280);
+  EXPECT_EQ(frames.source_height, 720);
+  EXPECT_EQ(frames.bytes(), frames.rgb.size() + 3 * sizeof(double));
+}
+
+TEST(VideoDecoder, OddSourceAndOutputSizes) {
+  TempDir dir;
+  const auto clip = dir / "odd.mp4";
+  // 4:4:4, since 4:2:0 H.264 cannot have odd sizes.
+  run_ffmpeg(
+      "-f lavfi -i 'color=c=0x0000FF:s=320x240:r=25:d=0.2,scale=333:201,format=yuv444p' "
+      "-c:v libx264 " +
+      quoted(clip));
+  for (const ResizeMode mode : {ResizeMode::kShorterSideCrop, ResizeMode::kStretch}) {
+    VideoDecodeOptions options = num_frames_options(2);
+    options.width = 97;
+    options.height = 55;
+    options.resize = mode;
+    const VideoFrames frames = decode_video(clip, options);
+    EXPECT_EQ(frames.source_width, 333);
+    EXPECT_EQ(frames.source_height, 201);
+    EXPECT_EQ(frames.width, 97);
+    EXPECT_EQ(frames.height, 55);
+    ASSERT_EQ(frames.rgb.size(), 2u * 97 * 55 * 3);
+    EXPECT_TRUE(near_colour(mean_rgb(frames, 1), kBlue));
+  }
+}
+
+TEST(VideoDecoder, DecodesH264) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  expect_one_frame_per_colour(clip);
+}
+
+TEST(VideoDecoder, DecodesVp9InWebm) {
+  TempDir dir;
+  const auto clip = dir / "colours.webm";
+  make_colour_clip(clip, "-c:v libvpx-vp9 -pix_fmt yuv420p -deadline realtime -cpu-used 8");
+  expect_one_frame_per_colour(clip);
+}
+
+TEST(VideoDecoder, DecodesMpeg4Part2InAvi) {
+  TempDir dir;
+  const auto clip = dir / "colours.avi";
+  make_colour_clip(clip, "-c:v mpeg4 -q:v 2");
+  expect_one_frame_per_colour(clip);
+}
+
+TEST(VideoDecoder, DecodesMpegTs) {
+  TempDir dir;
+  const auto clip = dir / "colours.ts";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  expect_one_frame_per_colour(clip);
+}
+
+// A mid-tone whose RGB values move by far more than the tolerance when a decoder's range is
+// misread: (48, 112, 176).
+const Rgb kMidTone{48, 112, 176};
+constexpr const char* kMidToneSource = "-f lavfi -i color=c=0x3070B0:s=64x48:r=25:d=0.2";
+
+TEST(VideoDecoder, LimitedRangeSourceGivesTheRightColours) {
+  TempDir dir;
+  const auto clip = dir / "limited.mp4";
+  run_ffmpeg(std::string(kMidToneSource) + " -c:v libx264 -pix_fmt yuv420p -color_range tv " +
+             quoted(clip));
+  EXPECT_TRUE(near_colour(mean_rgb(decode_video(clip, num_frames_options(1)), 0), kMidTone));
+}
+
+TEST(VideoDecoder, FullRangeMjpegGivesTheRightColours) {
+  TempDir dir;
+  const auto clip = dir / "full.avi";
+  run_ffmpeg(std::string(kMidToneSource) + " -c:v mjpeg -pix_fmt yuvj420p -q:v 2 " + quoted(clip));
+  EXPECT_TRUE(near_colour(mean_rgb(decode_video(clip, num_frames_options(1)), 0), kMidTone));
+}
+
+TEST(VideoDecoder, FullRangeTaggedYuv420pGivesTheRightColours) {
+  TempDir dir;
+  const auto clip = dir / "full.webm";
+  // VP9 keeps the format yuv420p and tags the frames full range.
+  run_ffmpeg(std::string(kMidToneSource) +
+             " -vf scale=out_range=full,format=yuv420p -color_range pc -c:v libvpx-vp9 "
+             "-deadline realtime " +
+             quoted(clip));
+  EXPECT_TRUE(near_colour(mean_rgb(decode_video(clip, num_frames_options(1)), 0), kMidTone));
+}
+
+TEST(VideoDecoder, FrameSizeChangeMidStream) {
+  TempDir dir;
+  const auto first = dir / "first.ts";
+  const auto second = dir / "second.ts";
+  const auto joined = dir / "joined.ts";
+  run_ffmpeg("-f lavfi -i color=c=0xFF0000:s=320x240:r=25:d=1 -c:v libx264 -pix_fmt yuv420p " +
+             quoted(first));
+  run_ffmpeg(
+      "-f lavfi -i color=c=0x0000FF:s=160x200:r=25:d=1 -c:v libx264 -pix_fmt yuv420p "
+      "-output_ts_offset 1 " +
+      quoted(second));
+  ASSERT_EQ(
+      std::system(("cat " + quoted(first) + " " + quoted(second) + " > " + quoted(joined)).c_str()),
+      0);
+  const VideoFrames frames = decode_video(joined, num_frames_options(2));
+  ASSERT_EQ(frames.num_frames, 2);
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 0), kRed));
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 1), kBlue));
+}
+
+TEST(VideoDecoder, DurationIsMeasuredWhenTheHeadersHaveNone) {
+  TempDir dir;
+  const auto clip = dir / "streamed.mkv";
+  // Matroska written to a pipe has no duration in its header.
+  run_ffmpeg(colour_clip_inputs() + " -c:v libx264 -pix_fmt yuv420p -f matroska pipe:1 > " +
+             quoted(clip));
+  expect_one_frame_per_colour(clip);
+  EXPECT_NEAR(decode_video(clip, fps_options(1.0)).duration_s, 4.0, 2 * kFramePeriod);
+}
+
+TEST(VideoDecoder, TruncatedFileGivesTheFramesThatAreThere) {
+  TempDir dir;
+  const auto clip = dir / "pattern.mp4";
+  run_ffmpeg(
+      "-f lavfi -i testsrc2=s=320x240:r=25:d=4 -c:v libx264 -pix_fmt yuv420p "
+      "-movflags +faststart " +
+      quoted(clip));
+  std::filesystem::resize_file(clip, std::filesystem::file_size(clip) / 2);
+  // The header still says 4 s; targets past the cut repeat the last frame that decoded.
+  const VideoFrames frames = decode_video(clip, num_frames_options(8));
+  ASSERT_EQ(frames.num_frames, 8);
+  EXPECT_NEAR(frames.timestamps[0], 0.25, kFramePeriod);
+  EXPECT_LT(frames.timestamps[7], 3.0);
+  EXPECT_EQ(frames.timestamps[7], frames.timestamps[6]);
+}
+
+TEST(VideoDecoder, CorruptBytesInTheMiddleAreTolerated) {
+  TempDir dir;
+  const auto clip = dir / "colours.ts";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  {
+    std::fstream file(clip, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(std::filesystem::file_size(clip) / 2));
+    const std::string garbage(2000, '\x5a');
+    file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  const VideoFrames frames = decode_video(clip, fps_options(1.0));
+  ASSERT_EQ(frames.num_frames, 4);
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 0), kRed));
+  EXPECT_TRUE(near_colour(mean_rgb(frames, 3), kWhite));
+}
+
+TEST(VideoDecoder, DecoderThreadCountDoesNotChangeTheFrames) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  VideoDecodeOptions options = num_frames_options(8);
+  options.threads = 1;
+  const VideoFrames single = decode_video(clip, options);
+  options.threads = 4;
+  const VideoFrames threaded = decode_video(clip, options);
+  EXPECT_EQ(single.rgb, threaded.rgb);
+  EXPECT_EQ(single.timestamps, threaded.timestamps);
+}
+
+TEST(VideoDecoder, ConcurrentDecodesGiveTheSameFrames) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  const VideoFrames expected = decode_video(clip, num_frames_options(8));
+  std::vector<std::future<VideoFrames>> decodes;
+  for (int i = 0; i < 4; ++i) {
+    decodes.push_back(
+        std::async(std::launch::async, [&] { return decode_video(clip, num_frames_options(8)); }));
+  }
+  for (auto& decode : decodes) EXPECT_EQ(decode.get().rgb, expected.rgb);
+}
+
+TEST(VideoDecoder, NameWithSpacesAndColonDecodes) {
+  TempDir dir;
+  const auto clip = dir / "my clip: take 1.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  expect_one_frame_per_colour(clip);
+}
+
+TEST(VideoDecoder, MissingFileIsMissing) {
+  TempDir dir;
+  const auto path = dir / "nope.mp4";
+  const Outcome outcome = outcome_of(path, fps_options(1.0));
+  EXPECT_EQ(outcome.category, "missing");
+  EXPECT_NE(outcome.message.find(path.string()), std::string::npos) << outcome.message;
+}
+
+TEST(VideoDecoder, DirectoryIsUnreadable) {
+  TempDir dir;
+  std::filesystem::create_directory(dir / "folder.mp4");
+  EXPECT_EQ(outcome_of(dir / "folder.mp4", fps_options(1.0)).category, "unreadable");
+}
+
+TEST(VideoDecoder, FifoIsUnreadableWithoutBlocking) {
+  TempDir dir;
+  const auto fifo = dir / "pipe.mp4";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto outcome = std::async(std::launch::async, [&] { return outcome_of(fifo, fps_options(1.0)); });
+  if (outcome.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    // Unblock the reader so that the test ends, then fail.
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "decode_video blocked on a FIFO";
+  }
+  EXPECT_EQ(outcome.get().category, "unreadable");
+}
+
+TEST(VideoDecoder, UnreadableFileIsUnreadable) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads files whatever their permissions";
+  TempDir dir;
+  const auto clip = dir / "locked.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  std::filesystem::permissions(clip, std::filesystem::perms::none);
+  EXPECT_EQ(outcome_of(clip, fps_options(1.0)).category, "unreadable");
+}
+
+TEST(VideoDecoder, GarbageBytesAreADecodeError) {
+  TempDir dir;
+  const auto path = dir / "garbage.mp4";
+  {
+    std::mt19937 random(12345);
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 64 * 1024; ++i) out.put(static_cast<char>(random() & 0xFF));
+  }
+  const Outcome outcome = outcome_of(path, fps_options(1.0));
+  EXPECT_EQ(outcome.category, "decode_error") << outcome.message;
+  EXPECT_NE(outcome.message.find(path.string()), std::string::npos) << outcome.message;
+}
+
+TEST(VideoDecoder, PlaylistRenamedMp4IsNotFollowed) {
+  TempDir dir;
+  make_colour_clip(dir / "target.ts", "-c:v libx264 -pix_fmt yuv420p");
+  const auto playlist = dir / "playlist.mp4";
+  {
+    std::ofstream out(playlist);
+    out << "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:4\n#EXTINF:4.0,\n"
+        << (dir / "target.ts").string() << "\n#EXT-X-ENDLIST\n";
+  }
+  EXPECT_EQ(outcome_of(playlist, fps_options(1.0)).category, "decode_error");
+}
+
+TEST(VideoDecoder, AudioOnlyFileHasNoVideoStream) {
+  TempDir dir;
+  const auto path = dir / "sine.m4a";
+  run_ffmpeg("-f lavfi -i sine=frequency=440:duration=1 -c:a aac " + quoted(path));
+  const Outcome outcome = outcome_of(path, fps_options(1.0));
+  EXPECT_EQ(outcome.category, "no_stream");
+  EXPECT_NE(outcome.message.find("no video stream"), std::string::npos) << outcome.message;
+}
+
+TEST(VideoDecoder, CoverArtIsNotAVideo) {
+  TempDir dir;
+  const auto path = dir / "song.mp3";
+  run_ffmpeg(
+      "-f lavfi -i sine=frequency=440:duration=1 -f lavfi -i color=c=red:s=64x64:d=1 "
+      "-map 0:a -map 1:v -frames:v 1 -c:v png -disposition:v attached_pic -c:a libmp3lame " +
+      quoted(path));
+  EXPECT_EQ(outcome_of(path, fps_options(1.0)).category, "no_stream");
+}
+
+TEST(VideoDecoder, ClipOverMaxDurationIsTooLong) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  VideoDecodeOptions options = fps_options(1.0);
+  options.max_duration_s = 2.0;
+  const Outcome outcome = outcome_of(clip, options);
+  EXPECT_EQ(outcome.category, "too_long");
+  EXPECT_NE(outcome.message.find("video.max_duration_s"), std::string::npos) << outcome.message;
+}
+
+TEST(VideoDecoder, FpsSamplingOverMaxFramesIsTooLong) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  VideoDecodeOptions options = fps_options(10.0);
+  options.max_frames = 39;
+  const Outcome outcome = outcome_of(clip, options);
+  EXPECT_EQ(outcome.category, "too_long");
+  EXPECT_NE(outcome.message.find("video.max_frames"), std::string::npos) << outcome.message;
+  options.max_frames = 40;
+  EXPECT_EQ(decode_video(clip, options).num_frames, 40);
+}
+
+TEST(VideoDecoder, PictureOverMaxPixelsIsTooLarge) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  VideoDecodeOptions options = fps_options(1.0);
+  options.max_pixels = 160 * 120 - 1;
+  EXPECT_EQ(outcome_of(clip, options).category, "too_large");
+  options.max_pixels = 160 * 120;
+  EXPECT_EQ(decode_video(clip, options).num_frames, 4);
+}
+
+TEST(VideoDecoder, OptionsCopyTheConfigSection) {
+  VideoSection section;
+  section.fps = 2.5;
+  section.num_frames = 0;
+  section.height = 112;
+  section.width = 160;
+  section.resize = ResizeMode::kStretch;
+  section.max_duration_s = 60;
+  section.max_frames = 77;
+  section.decoder_threads = 3;
+  const VideoDecodeOptions options = video_decode_options(section);
+  EXPECT_EQ(options.fps, 2.5);
+  EXPECT_EQ(options.num_frames, 0);
+  EXPECT_EQ(options.height, 112);
+  EXPECT_EQ(options.width, 160);
+  EXPECT_EQ(options.resize, ResizeMode::kStretch);
+  EXPECT_EQ(options.max_duration_s, 60);
+  EXPECT_EQ(options.max_frames, 77);
+  EXPECT_EQ(options.threads, 3);
+}
+
+}  // namespace
+}  // namespace precompute

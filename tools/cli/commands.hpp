@@ -1,0 +1,16 @@
+#pragma once
+// The subcommands of the precompute CLI: each registers its flags on the app and returns the
+// function that runs it (returning the exit code). One file per subcommand.
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace precompute {
+
+using CommandFn = std::function<int()>;
+
+CommandFn add_run_command(CLI::App& app);
+CommandFn add_inspect_command(CLI::App& app);
+
+}  // namespace precompute

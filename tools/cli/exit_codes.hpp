@@ -1,0 +1,14 @@
+#pragma once
+// Exit codes a scheduler can act on (sysexits style; documented in the README).
+
+namespace precompute {
+
+inline constexpr int kExitOk = 0;                 // done; failures within the limit
+inline constexpr int kExitUsage = 2;              // bad flags, config or model: fix and rerun
+inline constexpr int kExitTooManyFailures = 3;    // done, but failures exceed --max-failures
+inline constexpr int kExitInvalidInput = 65;      // the manifest or input folder is invalid
+inline constexpr int kExitInternal = 70;          // a bug in precompute
+inline constexpr int kExitOutputUnavailable = 73; // output folder cannot be created or written
+inline constexpr int kExitIoError = 74;           // writing or reading the output failed
+
+}  // namespace precompute

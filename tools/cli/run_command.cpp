@@ -1,0 +1,76 @@
+// `precompute run --config FILE [overrides]`
+
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+#include "pipeline/core/config.hpp"
+#include "pipeline/core/logging.hpp"
+#include "pipeline/runner.hpp"
+#include "tools/cli/commands.hpp"
+#include "tools/cli/exit_codes.hpp"
+
+namespace precompute {
+
+CommandFn add_run_command(CLI::App& app) {
+  struct Options {
+    std::string config;
+    std::string input, output, device, max_failures, log_level;
+    int batch_size = 0, decode_threads = -1, torch_threads = -1;
+    int64_t shard_size = 0;
+    double progress_interval = -1;
+    bool overwrite = false;
+  };
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("run", "Embed every sample of the input into HDF5 shards");
+  cmd->add_option("-c,--config", o->config, "YAML config (see configs/reference.yaml)")
+      ->required();
+  cmd->add_option("-i,--input", o->input, "Manifest (.jsonl/.csv/.tsv) or media folder");
+  cmd->add_option("-o,--output", o->output, "Output folder");
+  cmd->add_option("--device", o->device, "Device of every encoder: cpu, cuda, cuda:N");
+  cmd->add_option("--batch-size", o->batch_size, "Samples per batch, every encoder")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--shard-size", o->shard_size, "Samples per shard")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-failures", o->max_failures,
+                  "Failed samples allowed before exit code 3: a count, or a percentage like 1%");
+  cmd->add_option("--decode-threads", o->decode_threads, "Samples decoded at once (0: cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--torch-threads", o->torch_threads, "LibTorch CPU threads (0: cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--progress-interval", o->progress_interval,
+                  "Seconds between progress lines (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn, error, off");
+  cmd->add_flag("--overwrite", o->overwrite, "Replace an earlier run in the output folder");
+
+  return [o]() {
+    Config config = load_config(o->config);
+    ConfigOverrides overrides;
+    if (!o->input.empty()) overrides.input = o->input;
+    if (!o->output.empty()) overrides.output = o->output;
+    if (!o->device.empty()) overrides.device = o->device;
+    if (o->batch_size > 0) overrides.batch_size = o->batch_size;
+    if (o->shard_size > 0) overrides.shard_size = o->shard_size;
+    if (!o->max_failures.empty()) overrides.max_failures = o->max_failures;
+    if (o->decode_threads >= 0) overrides.decode_threads = o->decode_threads;
+    if (o->torch_threads >= 0) overrides.torch_threads = o->torch_threads;
+    if (!o->log_level.empty()) overrides.log_level = o->log_level;
+    overrides.overwrite = o->overwrite;
+    apply_overrides(config, overrides);
+    if (o->progress_interval >= 0) config.run.progress_interval_s = o->progress_interval;
+    validate(config);
+    setup_logging(config.run.log_level);
+
+    const auto summary = run_precompute(config);
+    spdlog::info("done: {}", format_summary(summary));
+    if (summary.over_failure_limit(config.run)) {
+      spdlog::error("{} of {} samples failed, over the limit (--max-failures); see "
+                    "`precompute inspect {}` for the failure records",
+                    summary.failed_samples, summary.total_samples, summary.output.string());
+      return kExitTooManyFailures;
+    }
+    return kExitOk;
+  };
+}
+
+}  // namespace precompute

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian 12 machine for precompute: Debian packages, the project venv
+# (.venv, pinned python/requirements.txt, LibTorch comes with its torch wheel), then configure and
+# build into build/. Every step is skipped when already done, so the other scripts call it first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(
+  build-essential cmake ninja-build pkg-config ccache python3-venv
+  libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev
+  libhdf5-dev libtbb-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
+  nlohmann-json3-dev libgtest-dev libutf8proc-dev
+  ffmpeg espeak-ng hdf5-tools
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$python" -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want=$(sha256sum python/requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing python/requirements.txt into .venv (torch brings LibTorch)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r python/requirements.txt
+  echo "$want" > "$stamp"
+fi
+
+if [ ! -f build/build.ninja ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRECOMPUTE_PYTHON="$PWD/.venv/bin/python"
+fi
+cmake --build build
