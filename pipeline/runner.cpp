@@ -1,6 +1,7 @@
 #include "pipeline/runner.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
@@ -34,6 +35,12 @@ bool RunSummary::over_failure_limit(const RunSection& run) const {
 namespace {
 
 int cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
 
 // The decode and tokenizer settings stored with each modality, so a reader knows how the inputs
 // were made.
@@ -198,6 +205,7 @@ RunSummary run_precompute(const Config& config) {
   summary.failure_records = stats.failure_records;
   summary.shards = stats.shards_written;
   summary.bytes_written = stats.bytes_written;
+  summary.peak_rss_bytes = peak_rss_bytes();
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stats.started).count();
   for (const auto& entry : assembler.index().shards) {
@@ -217,11 +225,12 @@ RunSummary run_precompute(const Config& config) {
 std::string format_summary(const RunSummary& s) {
   std::string out = fmt::format(
       "{} samples in {:.1f} s ({:.1f}/s): {} with embeddings (video {}, audio {}, text {}), {} "
-      "with failures; {} shards, {:.1f} MB in {}",
+      "with failures; {} shards, {:.1f} MB in {}; peak RSS {:.0f} MB",
       s.total_samples, s.seconds,
       s.seconds > 0 ? static_cast<double>(s.total_samples) / s.seconds : 0.0,
       s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
-      s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string());
+      s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
+      static_cast<double>(s.peak_rss_bytes) / 1e6);
   if (!s.failures_by_category.empty()) {
     out += "; failures by category:";
     for (const auto& [category, n] : s.failures_by_category) {

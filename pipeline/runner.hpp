@@ -20,6 +20,7 @@ struct RunSummary {
   std::map<std::string, int64_t> failures_by_category;
   int64_t shards = 0;
   int64_t bytes_written = 0;
+  int64_t peak_rss_bytes = 0;  // the process's peak resident memory
   double seconds = 0.0;
   std::filesystem::path output;
 

@@ -9,6 +9,7 @@ extern "C" {
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdarg>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -21,14 +22,26 @@ namespace precompute::ffmpeg {
 namespace {
 
 // Note [FFmpeg log level]
-// FFmpeg logs to stderr from every thread; at its default level (info) a run over thousands of
-// files would bury our own log. Errors only by default; PRECOMPUTE_FFMPEG_LOG=quiet|error|
-// warning|info|debug overrides it for debugging one file. The level is process-global, so it is
-// set exactly once, before our first FFmpeg call.
+// FFmpeg logs from every thread, to stderr by default; over thousands of files that would bury
+// our own log, and what matters of it (why a file failed) is already in the failure record. So
+// FFmpeg's messages go through our logger at debug level (`--log-level debug` shows them, with
+// the component that said them). PRECOMPUTE_FFMPEG_LOG=quiet|error|warning|info|debug sets which
+// of FFmpeg's messages are passed on (default: warning). The callback and level are
+// process-global, so they are set exactly once, before our first FFmpeg call.
+void log_to_spdlog(void* component, int level, const char* format, va_list args) {
+  if (level > av_log_get_level()) return;
+  char line[1024];
+  int print_prefix = 1;
+  av_log_format_line2(component, level, format, args, line, sizeof(line), &print_prefix);
+  std::string_view text(line);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  if (!text.empty()) spdlog::debug("ffmpeg: {}", text);
+}
+
 void set_log_level_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    int level = AV_LOG_ERROR;
+    int level = AV_LOG_WARNING;
     if (const char* value = std::getenv("PRECOMPUTE_FFMPEG_LOG")) {
       const std::string_view name(value);
       if (name == "quiet") {
@@ -44,11 +57,12 @@ void set_log_level_once() {
       } else {
         spdlog::warn(
             "PRECOMPUTE_FFMPEG_LOG={} is not one of quiet, error, warning, info, debug; "
-            "using error",
+            "using warning",
             name);
       }
     }
     av_log_set_level(level);
+    av_log_set_callback(&log_to_spdlog);
   });
 }
 

@@ -1,5 +1,6 @@
 // precompute: video, audio and text embeddings into sharded HDF5. See README.md.
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -61,6 +62,14 @@ int main_impl(int argc, char** argv) {
 }  // namespace precompute
 
 int main(int argc, char** argv) {
+  // Note [Host memory and glibc malloc]
+  // Decoders and batches allocate and free buffers of hundreds of KB to MBs from many threads.
+  // glibc raises its mmap threshold each time such a buffer is freed, after which big buffers
+  // come from per-thread heaps that rarely shrink: resident memory then drifts up with run time
+  // (measured: 1001 MB peak for 200 samples, 1115-1180 MB for 2,000). A fixed threshold keeps
+  // every buffer above 256 KiB in its own mapping, returned to the system when freed (706 vs
+  // 744 MB). Set before any thread starts.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   precompute::setup_logging("info");
   return precompute::main_impl(argc, argv);
 }

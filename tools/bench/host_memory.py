@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Peak host memory (RSS) of `precompute run` for 200 and 2,000 samples, side by side, to show
+that memory in flight is bounded and does not grow with the dataset.
+
+    .venv/bin/python tools/bench/host_memory.py [--build build] [--work /tmp/precompute-rss]
+
+The dataset is the demo's clips (video with speech audio and captions), listed again and again
+under distinct ids; the run uses the demo's encoders (the real all-MiniLM-L6-v2 for text).
+Prints one line per size and the ratio; exits 1 if the peaks differ by more than 10%.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(cmd, **kwargs):
+    return subprocess.run(cmd, check=True, text=True, **kwargs)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", type=Path, default=ROOT / "build")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/precompute-rss"))
+    parser.add_argument("--sizes", type=int, nargs="+", default=[200, 2000])
+    args = parser.parse_args()
+    python = sys.executable
+    models = ROOT / "build" / "demo" / "models"
+    data = ROOT / "build" / "demo" / "data"
+    if not (models / "minilm.pt").exists():
+        run([python, str(ROOT / "tools/scripts/export_encoders.py"), "demo", str(models)])
+    run([python, str(ROOT / "tools/scripts/make_demo_dataset.py"), str(data)],
+        stdout=subprocess.DEVNULL)
+    base = [json.loads(line) for line in (data / "manifest.jsonl").read_text().splitlines()]
+    base = [s for s in base if s["id"].startswith("clip")]
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    peaks = {}
+    for n in args.sizes:
+        manifest = args.work / f"manifest-{n}.jsonl"
+        with open(manifest, "w") as f:
+            for i in range(n):
+                s = dict(base[i % len(base)])
+                s["id"] = f"{s['id']}-{i:06d}"
+                s["video"] = str(data / s["video"])
+                f.write(json.dumps(s) + "\n")
+        out = args.work / f"out-{n}"
+        result = run([str(args.build / "tools/cli/precompute"), "run", "--config",
+                      str(ROOT / "configs/demo.yaml"), "--input", str(manifest), "--output",
+                      str(out), "--overwrite", "--shard-size", "256", "--progress-interval", "0"],
+                     stderr=subprocess.PIPE)
+        summary = [line for line in result.stderr.splitlines() if "done:" in line][-1]
+        peaks[n] = float(re.search(r"peak RSS (\d+) MB", summary).group(1))
+        rate = re.search(r"\(([\d.]+)/s\)", summary).group(1)
+        print(f"{n:>6} samples: peak RSS {peaks[n]:.0f} MB, {rate} samples/s")
+    small, large = peaks[min(peaks)], peaks[max(peaks)]
+    ratio = large / small
+    print(f"peak RSS ratio {max(peaks)}/{min(peaks)} samples: {ratio:.3f} "
+          f"({'within' if abs(ratio - 1) <= 0.10 else 'NOT within'} 10%)")
+    return 0 if abs(ratio - 1) <= 0.10 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
