@@ -4,6 +4,7 @@
 # build into build/. Every step is skipped when already done, so the other scripts call it first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
 
 apt_packages=(
   build-essential cmake ninja-build pkg-config ccache python3-venv
@@ -22,6 +23,7 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  echo "setup: Debian packages installed in $((SECONDS - started)) s"
 fi
 
 python=${PYTHON:-python3}
@@ -33,12 +35,16 @@ stamp=.venv/.requirements.sha256
 want=$(sha256sum python/requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing python/requirements.txt into .venv (torch brings LibTorch)"
+  pip_started=$SECONDS
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r python/requirements.txt
   echo "$want" > "$stamp"
+  echo "setup: Python packages installed in $((SECONDS - pip_started)) s"
 fi
 
 if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPRECOMPUTE_PYTHON="$PWD/.venv/bin/python"
 fi
+build_started=$SECONDS
 cmake --build build
+echo "setup: build up to date in $((SECONDS - build_started)) s; set-up took $((SECONDS - started)) s"

@@ -154,3 +154,9 @@ def failures_by_id(output: Output) -> Dict[str, Dict[str, str]]:
     for f in output.failures:
         out.setdefault(f["id"], {})[f["modality"]] = f["category"]
     return out
+
+
+def pytest_configure(config):
+    # torch 2.11 deprecates torch.jit.script/save, which is what writes the TorchScript files
+    # precompute loads; the warnings say nothing about precompute.
+    config.addinivalue_line("filterwarnings", "ignore:`torch.jit:DeprecationWarning")

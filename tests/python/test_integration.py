@@ -142,3 +142,26 @@ def test_inspect_reports_the_run(binary, probes, minilm_folder, dataset, tmp_pat
                              text=True)
     assert damaged.returncode == 74
     assert "DAMAGED" in damaged.stdout
+
+
+def test_results_do_not_depend_on_thread_counts(binary, probes, minilm_folder, dataset, tmp_path):
+    # Batches are cut in input order (Note [Deterministic batches]), so decode parallelism and
+    # LibTorch threads change nothing in what is stored, to the bit.
+    manifest, _, _ = dataset
+    outputs = []
+    for decode, torch_threads in [(1, 1), (3, 2)]:
+        out = tmp_path / f"out-{decode}"
+        run_precompute(binary, tmp_path, config(probes, minilm_folder, manifest, out),
+                       "--decode-threads", str(decode), "--torch-threads", str(torch_threads))
+        outputs.append(read_output(out))
+    a, b = outputs
+    assert a.ids_in_order == b.ids_in_order
+    assert a.failures == b.failures
+    for sample_id, sample in a.samples.items():
+        for modality in ("video", "audio", "text"):
+            if modality not in sample:
+                assert modality not in b.samples[sample_id]
+                continue
+            for key in ("rows", "vector", "timestamps"):
+                if key in sample[modality]:
+                    assert np.array_equal(sample[modality][key], b.samples[sample_id][modality][key])

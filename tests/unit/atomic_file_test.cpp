@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "test_media.hpp"
 
 namespace precompute {
 namespace {
@@ -34,14 +35,9 @@ std::vector<std::string> folder_entries(const fs::path& folder) {
 // Each test gets a fresh folder, removed afterwards.
 class AtomicFileTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("precompute-atomic-file-test-" + std::to_string(std::random_device{}()));
-    ASSERT_TRUE(fs::create_directory(dir_));
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  fs::path dir_;
+  testing::TempDir temp_;
+  const fs::path dir_ = temp_.path();
 };
 
 TEST_F(AtomicFileTest, WritesANewFile) {

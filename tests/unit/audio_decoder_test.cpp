@@ -53,18 +53,9 @@ AudioDecodeOptions window_options(double window_s, double hop_s) {
   return options;
 }
 
-// What decode_audio threw: the failure category's name and the message ("none" if it returned).
-struct Outcome {
-  std::string category;
-  std::string message;
-};
+using Outcome = testing::MediaOutcome;
 Outcome outcome_of(const std::filesystem::path& file, const AudioDecodeOptions& options) {
-  try {
-    decode_audio(file, options);
-  } catch (const MediaError& e) {
-    return {std::string(failure_category_name(e.category())), e.what()};
-  }
-  return {"none", ""};
+  return testing::media_outcome([&] { decode_audio(file, options); });
 }
 
 // Checks a decoded 440 Hz sine of `seconds` at 16 kHz mono in one window.

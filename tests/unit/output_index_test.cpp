@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <random>
 #include <string>
 
 #include "pipeline/core/error.hpp"
+#include "test_media.hpp"
 
 namespace precompute {
 namespace {
@@ -92,12 +92,6 @@ void expect_same_index(const OutputIndex& expected, const OutputIndex& actual) {
 
 class OutputIndexTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("precompute-output-index-test-" + std::to_string(std::random_device{}()));
-    ASSERT_TRUE(fs::create_directory(dir_));
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   fs::path index_file() const { return dir_ / kIndexFileName; }
 
@@ -122,7 +116,8 @@ class OutputIndexTest : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
+  testing::TempDir temp_;
+  const fs::path dir_ = temp_.path();
 };
 
 TEST_F(OutputIndexTest, NoIndexReadsAsNothing) { EXPECT_FALSE(read_index(dir_).has_value()); }

@@ -19,6 +19,7 @@
 #include "pipeline/core/sha256.hpp"
 #include "storage/float16.hpp"
 #include "storage/shard_reader.hpp"
+#include "test_media.hpp"
 
 namespace precompute {
 namespace {
@@ -281,12 +282,6 @@ ShardMeta pooled_meta(StorageDtype dtype) {
 
 class ShardWriterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("precompute-shard-writer-test-" + std::to_string(std::random_device{}()));
-    ASSERT_TRUE(fs::create_directory(dir_));
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Writes, checks what write() reports against the file, and reads the shard back.
   ShardFile round_trip(const ShardMeta& meta, const ShardContents& contents) {
@@ -314,7 +309,8 @@ class ShardWriterTest : public ::testing::Test {
     EXPECT_TRUE(fs::is_empty(dir_));
   }
 
-  fs::path dir_;
+  testing::TempDir temp_;
+  const fs::path dir_ = temp_.path();
 };
 
 TEST(ShardFileNameTest, PadsTheIndexToSixDigits) {

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "pipeline/core/error.hpp"
+
 namespace precompute::testing {
 
 class TempDir {
@@ -23,6 +25,21 @@ class TempDir {
 // Runs `ffmpeg -y -hide_banner -loglevel error ARGS`; fails the calling test (throws) when
 // ffmpeg exits non-zero, with the command line in the message.
 void run_ffmpeg(const std::string& args);
+
+// What a decode threw: its failure category's name and message, or "none" when it returned.
+struct MediaOutcome {
+  std::string category;
+  std::string message;
+};
+template <class Decode>
+MediaOutcome media_outcome(Decode&& decode) {
+  try {
+    decode();
+  } catch (const MediaError& e) {
+    return {std::string(failure_category_name(e.category())), e.what()};
+  }
+  return {"none", ""};
+}
 
 // Quotes a path for the shell.
 std::string shell_quote(const std::string& text);

@@ -118,18 +118,9 @@ VideoDecodeOptions num_frames_options(int num_frames, int size = 32) {
   return options;
 }
 
-// What decode_video threw: the failure category's name and the message ("none" if it returned).
-struct Outcome {
-  std::string category;
-  std::string message;
-};
+using Outcome = testing::MediaOutcome;
 Outcome outcome_of(const std::filesystem::path& file, const VideoDecodeOptions& options) {
-  try {
-    decode_video(file, options);
-  } catch (const MediaError& e) {
-    return {std::string(failure_category_name(e.category())), e.what()};
-  }
-  return {"none", ""};
+  return testing::media_outcome([&] { decode_video(file, options); });
 }
 
 // The colour clip decoded at 1 fps, checked second by second.
