@@ -43,7 +43,7 @@ if(_torch_rc EQUAL 0)
   list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
 endif()
 
-if(PRECOMPUTE_CUDA STREQUAL "AUTO" OR PRECOMPUTE_CUDA)
+if(NOT PRECOMPUTE_CUDA STREQUAL "OFF")
   find_program(PRECOMPUTE_NVCC nvcc HINTS /usr/local/cuda/bin ENV CUDA_HOME PATH_SUFFIXES bin)
   if(PRECOMPUTE_NVCC)
     get_filename_component(_cuda_bin "${PRECOMPUTE_NVCC}" DIRECTORY)
@@ -53,18 +53,41 @@ if(PRECOMPUTE_CUDA STREQUAL "AUTO" OR PRECOMPUTE_CUDA)
                         "configure with -DPRECOMPUTE_CUDA=OFF")
   endif()
 endif()
-# precompute compiles no kernels with LibTorch's flags; a fixed architecture list keeps LibTorch's
-# package from probing for a GPU at configure time (it cannot run one on a build machine).
-if(NOT TORCH_CUDA_ARCH_LIST)
-  set(TORCH_CUDA_ARCH_LIST "9.0")
-endif()
-
-# LibTorch's CMake package prints warnings about optional pieces (kineto) it does not need here.
-find_package(Torch REQUIRED)
 
 set(PRECOMPUTE_WITH_CUDA OFF)
-if(CAFFE2_USE_CUDA AND NOT PRECOMPUTE_CUDA STREQUAL "OFF")
-  set(PRECOMPUTE_WITH_CUDA ON)
+if(PRECOMPUTE_NVCC AND NOT PRECOMPUTE_CUDA STREQUAL "OFF")
+  # precompute compiles no kernels with LibTorch's flags; a fixed architecture list keeps
+  # LibTorch's package from probing for a GPU at configure time (a build machine may have none).
+  if(NOT TORCH_CUDA_ARCH_LIST)
+    set(TORCH_CUDA_ARCH_LIST "9.0")
+  endif()
+  # LibTorch's CMake package prints warnings about optional pieces (kineto) it does not need.
+  find_package(Torch REQUIRED)
+  if(CAFFE2_USE_CUDA)
+    set(PRECOMPUTE_WITH_CUDA ON)
+  endif()
+else()
+  # CPU-only build. LibTorch's CMake package refuses to load without a CUDA toolkit when the
+  # library was built with CUDA (as the PyPI wheel is), although its C++ API needs none of it to
+  # compile and link: describe the library ourselves.
+  execute_process(
+    COMMAND "${PRECOMPUTE_PYTHON}" -c
+            "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
+    OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _torch_rc)
+  if(NOT _torch_rc EQUAL 0)
+    message(FATAL_ERROR "cannot import torch with ${PRECOMPUTE_PYTHON}; run tools/setup.sh")
+  endif()
+  string(REPLACE "\n" ";" _torch_info "${_torch_info}")
+  list(GET _torch_info 0 _torch_root)
+  list(GET _torch_info 1 _torch_abi)
+  add_library(torch INTERFACE IMPORTED)
+  target_include_directories(torch SYSTEM INTERFACE
+    "${_torch_root}/include" "${_torch_root}/include/torch/csrc/api/include")
+  target_link_libraries(torch INTERFACE
+    "${_torch_root}/lib/libtorch.so" "${_torch_root}/lib/libtorch_cpu.so"
+    "${_torch_root}/lib/libc10.so")
+  target_compile_definitions(torch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_torch_abi})
+  execute_process(COMMAND "${PRECOMPUTE_PYTHON}" -c "import torch; print(torch.__version__)"
+                  OUTPUT_VARIABLE Torch_VERSION OUTPUT_STRIP_TRAILING_WHITESPACE)
 endif()
 message(STATUS "precompute: LibTorch ${Torch_VERSION} from ${_torch_prefix}, CUDA: ${PRECOMPUTE_WITH_CUDA}")
-

@@ -8,7 +8,7 @@ namespace {
 PreparedSamplePtr text_sample(int64_t seq, size_t tokens) {
   auto s = std::make_shared<PreparedSample>();
   s->seq = seq;
-  s->id = "s" + std::to_string(seq);
+  s->id = std::to_string(seq);
   s->text.emplace();
   s->text->ids.assign(tokens, 5);
   return s;
@@ -17,7 +17,7 @@ PreparedSamplePtr text_sample(int64_t seq, size_t tokens) {
 PreparedSamplePtr video_sample(int64_t seq, int64_t frames) {
   auto s = std::make_shared<PreparedSample>();
   s->seq = seq;
-  s->id = "v" + std::to_string(seq);
+  s->id = std::to_string(seq);
   s->video.emplace();
   s->video->num_frames = frames;
   return s;
