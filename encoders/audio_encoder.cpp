@@ -8,7 +8,9 @@
 
 #include "encoders/embedding_output.hpp"
 #include "encoders/torch_encoder.hpp"
+#include "encoders/torchscript_model.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
 namespace {
@@ -23,7 +25,9 @@ namespace {
 class AudioEncoder final : public TorchEncoder {
  public:
   AudioEncoder(const AudioSection& section, const std::string& device)
-      : TorchEncoder(Modality::kAudio, section, device), section_(section) {
+      : TorchEncoder(Modality::kAudio, section, device, sha256_file(section.encoder.path)),
+        model_(section.encoder.path, device_, section.dtype),
+        section_(section) {
     PC_CHECK(model_.num_inputs() == 1 || model_.num_inputs() == 2, ModelError, "audio model ",
              info_.model_file, " takes ", model_.num_inputs(),
              " inputs; it must take (waveform) or (waveform, lengths)");
@@ -78,17 +82,17 @@ class AudioEncoder final : public TorchEncoder {
       len += a.valid_samples.size();
     }
     std::vector<c10::IValue> inputs;
-    inputs.emplace_back(waves.to(model_.device(), /*non_blocking=*/true).to(model_.dtype()));
+    inputs.emplace_back(waves.to(device_, /*non_blocking=*/true).to(model_.dtype()));
     if (model_.num_inputs() == 2) {
-      inputs.emplace_back(lengths.to(model_.device(), /*non_blocking=*/true));
+      inputs.emplace_back(lengths.to(device_, /*non_blocking=*/true));
     }
     const auto y = model_.forward(std::move(inputs));
     PC_CHECK(y.dim() == 2 && y.size(0) == total, ModelError, "audio model ", info_.model_file,
              " returned shape ", y.sizes(), " for input [", total, ", ", window_samples,
              "]; it must return [N, D], one vector per window");
-    auto out = embeddings_from_rows(y, counts, section_.pooling == Pooling::kMean,
-                                    section_.normalize);
-    if (section_.pooling == Pooling::kNone) {
+    auto out = embeddings_from_rows(y, counts, section_.pooling_mode(),
+                                    section_.normalized());
+    if (section_.pooling_mode() == Pooling::kNone) {
       for (size_t k = 0; k < members.size(); ++k) {
         out[k].timestamps = batch[members[k]]->audio->timestamps;
       }
@@ -96,6 +100,7 @@ class AudioEncoder final : public TorchEncoder {
     return out;
   }
 
+  TorchScriptModel model_;
   AudioSection section_;
 };
 

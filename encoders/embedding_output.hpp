@@ -13,15 +13,16 @@
 
 namespace precompute {
 
-// `rows` is [N, D]; sample i owns the next counts[i] rows. With `mean`, each sample's rows are
-// averaged into one vector; otherwise every row is kept. Each stored vector is L2-normalised when
-// `normalize`. Sets rows, dim, values and steps (= counts[i]) of each embedding.
+// `rows` is [N, D]; sample i owns the next counts[i] rows (its frames, windows or tokens).
+// Pooling mean averages them, max takes the element-wise maximum, cls takes the first row, none
+// (and model, where every sample has one row) keeps them all. Each stored vector is
+// L2-normalised when `normalize`. Sets rows, dim, values and steps (= counts[i]).
 std::vector<SampleEmbedding> embeddings_from_rows(const at::Tensor& rows,
-                                                  const std::vector<int64_t>& counts, bool mean,
-                                                  bool normalize);
+                                                  const std::vector<int64_t>& counts,
+                                                  Pooling pooling, bool normalize);
 
-// `hidden` is [B, L, D] token vectors and `mask` [B, L] (1 for real tokens, 0 for padding).
-// Pools each sample's real tokens by `pooling` (mean, cls, max) or keeps them (none).
+// `hidden` is [B, L, D] token vectors padded to L and `mask` [B, L] (1 for real tokens): the
+// same as embeddings_from_rows on the real tokens.
 std::vector<SampleEmbedding> embeddings_from_tokens(const at::Tensor& hidden,
                                                     const at::Tensor& mask, Pooling pooling,
                                                     bool normalize);

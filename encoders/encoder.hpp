@@ -54,4 +54,13 @@ std::string resolve_device(const std::string& device);
 // A short description of the compute devices (LibTorch version, CUDA devices) for the log.
 std::string describe_devices();
 
+// The CUDA caching allocator's peak memory on one device since the process started.
+struct DeviceMemoryPeak {
+  std::string device;          // "cuda:0"
+  int64_t allocated_bytes = 0;  // held by tensors
+  int64_t reserved_bytes = 0;   // taken from the driver, allocated + cache
+};
+// One entry per CUDA device this process used; empty without CUDA.
+std::vector<DeviceMemoryPeak> device_memory_peaks();
+
 }  // namespace precompute

@@ -7,7 +7,12 @@
 #include <sstream>
 #include <thread>
 
+#ifdef PRECOMPUTE_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include "encoders/audio_encoder.hpp"
+#include "encoders/bert_text_encoder.hpp"
 #include "encoders/encoder.hpp"
 #include "encoders/text_encoder.hpp"
 #include "encoders/video_encoder.hpp"
@@ -24,7 +29,8 @@ std::unique_ptr<Encoder> load_encoder(const Config& config, Modality modality,
     case Modality::kAudio:
       return make_audio_encoder(config.audio, resolved);
     case Modality::kText:
-      return make_text_encoder(config.text, resolved);
+      return config.text.encoder.type == "bert" ? make_bert_text_encoder(config.text, resolved)
+                                                : make_text_encoder(config.text, resolved);
   }
   PC_ASSERT(false, "unknown modality");
 }
@@ -53,6 +59,22 @@ std::string describe_devices() {
   const int cuda = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   out << cuda << " CUDA device(s)";
   return out.str();
+}
+
+
+std::vector<DeviceMemoryPeak> device_memory_peaks() {
+  std::vector<DeviceMemoryPeak> peaks;
+#ifdef PRECOMPUTE_WITH_CUDA
+  if (!torch::cuda::is_available()) return peaks;
+  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  for (int d = 0; d < static_cast<int>(torch::cuda::device_count()); ++d) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d);
+    if (stats.reserved_bytes[aggregate].peak == 0) continue;
+    peaks.push_back({"cuda:" + std::to_string(d), stats.allocated_bytes[aggregate].peak,
+                     stats.reserved_bytes[aggregate].peak});
+  }
+#endif
+  return peaks;
 }
 
 }  // namespace precompute

@@ -5,21 +5,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "encoders/bert/text_settings.hpp"
 #include "encoders/embedding_output.hpp"
 #include "encoders/torch_encoder.hpp"
+#include "encoders/torchscript_model.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
-
-TokenizerOptions tokenizer_options(const TextSection& section) {
-  TokenizerOptions options;
-  options.lower_case = section.lower_case;
-  options.strip_accents = section.strip_accents;
-  options.tokenize_chinese_chars = section.tokenize_chinese_chars;
-  options.max_length = section.max_length;
-  return options;
-}
-
 namespace {
 
 // Note [Text model contract]
@@ -30,12 +23,13 @@ namespace {
 class TextEncoder final : public TorchEncoder {
  public:
   TextEncoder(const TextSection& section, const std::string& device)
-      : TorchEncoder(Modality::kText, section, device), section_(section) {
+      : TorchEncoder(Modality::kText, section, device, sha256_file(section.encoder.path)),
+        model_(section.encoder.path, device_, section.dtype),
+        section_(section) {
     PC_CHECK(model_.num_inputs() == 2 || model_.num_inputs() == 3, ModelError, "text model ",
              info_.model_file, " takes ", model_.num_inputs(),
              " inputs; it must take (input_ids, attention_mask[, token_type_ids])");
-    const auto tokenizer = WordPieceTokenizer::from_vocab_file(section.vocab,
-                                                               tokenizer_options(section));
+    const auto tokenizer = make_text_tokenizer(section);
     pad_id_ = tokenizer.pad_id();
     PreparedSample dummy;
     dummy.text.emplace();
@@ -63,7 +57,7 @@ class TextEncoder final : public TorchEncoder {
         mrow[k] = 1;
       }
     }
-    const auto device = model_.device();
+    const auto device = device_;
     std::vector<c10::IValue> inputs;
     const auto ids_dev = ids.to(device, /*non_blocking=*/true);
     const auto mask_dev = mask.to(device, /*non_blocking=*/true);
@@ -73,18 +67,18 @@ class TextEncoder final : public TorchEncoder {
     const auto y = model_.forward(std::move(inputs));
 
     std::vector<SampleEmbedding> out;
-    if (section_.pooling == Pooling::kModel) {
+    if (section_.pooling_mode() == Pooling::kModel) {
       PC_CHECK(y.dim() == 2 && y.size(0) == b, ModelError, "text model ", info_.model_file,
                " returned shape ", y.sizes(), " for [", b, ", ", length,
                "] ids; with pooling: model it must return [B, D]");
-      out = embeddings_from_rows(y, std::vector<int64_t>(batch.size(), 1), false,
-                                 section_.normalize);
+      out = embeddings_from_rows(y, std::vector<int64_t>(batch.size(), 1), Pooling::kModel,
+                                 section_.normalized());
     } else {
       PC_CHECK(y.dim() == 3 && y.size(0) == b && y.size(1) == length, ModelError, "text model ",
                info_.model_file, " returned shape ", y.sizes(), " for [", b, ", ", length,
-               "] ids; with pooling ", pooling_name(section_.pooling),
+               "] ids; with pooling ", pooling_name(section_.pooling_mode()),
                " it must return token vectors [B, L, D] (or use pooling: model for [B, D])");
-      out = embeddings_from_tokens(y, mask_dev, section_.pooling, section_.normalize);
+      out = embeddings_from_tokens(y, mask_dev, section_.pooling_mode(), section_.normalized());
     }
     for (size_t i = 0; i < out.size(); ++i) {
       out[i].steps = static_cast<int32_t>(batch[i]->text->ids.size());
@@ -94,6 +88,7 @@ class TextEncoder final : public TorchEncoder {
   }
 
  private:
+  TorchScriptModel model_;
   TextSection section_;
   int64_t pad_id_ = 0;
 };

@@ -6,11 +6,8 @@
 #include <string>
 
 #include "encoders/encoder.hpp"
-#include "encoders/text/wordpiece_tokenizer.hpp"
 
 namespace precompute {
-
-TokenizerOptions tokenizer_options(const TextSection& section);
 
 std::unique_ptr<Encoder> make_text_encoder(const TextSection& section, const std::string& device);
 

@@ -5,25 +5,24 @@
 #include <c10/core/InferenceMode.h>
 
 #include "pipeline/core/error.hpp"
-#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
 
 TorchEncoder::TorchEncoder(Modality modality, const EncoderSection& section,
-                           const std::string& device)
-    : model_(section.encoder.path, c10::Device(device), section.dtype) {
+                           const std::string& device, std::string model_sha256)
+    : device_(device) {
   info_.modality = modality;
-  info_.device = model_.device().str();
+  info_.device = device_.str();
   info_.model_file = section.encoder.path.filename().string();
-  info_.model_sha256 = sha256_file(section.encoder.path);
-  info_.per_step = section.pooling == Pooling::kNone;
+  info_.model_sha256 = std::move(model_sha256);
+  info_.per_step = section.pooling_mode() == Pooling::kNone;
 }
 
 std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamplePtr>& batch) {
   if (batch.empty()) return {};
   // InferenceMode is thread-local: set it on the thread that runs this batch.
   c10::InferenceMode inference_mode;
-  c10::DeviceGuard device_guard(model_.device());
+  c10::DeviceGuard device_guard(device_);
   std::vector<SampleEmbedding> out;
   try {
     out = run(batch);
@@ -47,7 +46,7 @@ void TorchEncoder::warm_up(PreparedSample sample) {
 
 at::Tensor TorchEncoder::host_buffer(at::IntArrayRef sizes, at::ScalarType type) const {
   return at::empty(sizes,
-                   at::TensorOptions().dtype(type).pinned_memory(model_.device().is_cuda()));
+                   at::TensorOptions().dtype(type).pinned_memory(device_.is_cuda()));
 }
 
 }  // namespace precompute

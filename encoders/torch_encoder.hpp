@@ -1,14 +1,17 @@
 #pragma once
-// What the TorchScript-backed encoders share: the model on its device, inference mode and the
-// device guard around every batch, LibTorch errors turned into ModelError, and the warm-up pass
-// that learns the output width. Internal to encoders/. One thread at a time per instance.
+// What the LibTorch encoders share: inference mode and the device guard around every batch,
+// LibTorch errors turned into ModelError, the warm-up pass that learns the output width, and
+// pinned host buffers for GPU devices. The derived class owns its model. Internal to encoders/.
+// One thread at a time per instance.
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
 #include "encoders/encoder.hpp"
-#include "encoders/torchscript_model.hpp"
 
 namespace precompute {
 
@@ -18,7 +21,9 @@ class TorchEncoder : public Encoder {
   std::vector<SampleEmbedding> encode(const std::vector<PreparedSamplePtr>& batch) final;
 
  protected:
-  TorchEncoder(Modality modality, const EncoderSection& section, const std::string& device);
+  // `model_sha256` identifies the model's files (stored with every shard).
+  TorchEncoder(Modality modality, const EncoderSection& section, const std::string& device,
+               std::string model_sha256);
 
   // Embeds a non-empty batch; called under inference mode with the device current.
   virtual std::vector<SampleEmbedding> run(const std::vector<PreparedSamplePtr>& batch) = 0;
@@ -31,7 +36,7 @@ class TorchEncoder : public Encoder {
   // the copy is asynchronous.
   at::Tensor host_buffer(at::IntArrayRef sizes, at::ScalarType type) const;
 
-  TorchScriptModel model_;
+  c10::Device device_;
   EncoderInfo info_;
 };
 

@@ -6,7 +6,9 @@
 
 #include "encoders/embedding_output.hpp"
 #include "encoders/torch_encoder.hpp"
+#include "encoders/torchscript_model.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
 namespace {
@@ -23,8 +25,10 @@ namespace {
 class VideoEncoder final : public TorchEncoder {
  public:
   VideoEncoder(const VideoSection& section, const std::string& device)
-      : TorchEncoder(Modality::kVideo, section, device), section_(section) {
-    const auto options = at::TensorOptions().dtype(at::kFloat).device(model_.device());
+      : TorchEncoder(Modality::kVideo, section, device, sha256_file(section.encoder.path)),
+        model_(section.encoder.path, device_, section.dtype),
+        section_(section) {
+    const auto options = at::TensorOptions().dtype(at::kFloat).device(device_);
     mean_ = at::tensor(at::ArrayRef<float>(section.mean.data(), 3), at::kFloat)
                 .to(options.device())
                 .view({1, 3, 1, 1});
@@ -65,7 +69,7 @@ class VideoEncoder final : public TorchEncoder {
       std::memcpy(dst, rgb.data(), rgb.size());
       dst += sample->video->num_frames * frame_bytes;
     }
-    auto x = host.to(model_.device(), /*non_blocking=*/true)
+    auto x = host.to(device_, /*non_blocking=*/true)
                  .permute({0, 3, 1, 2})
                  .to(at::kFloat)
                  .div_(255.0)
@@ -80,8 +84,8 @@ class VideoEncoder final : public TorchEncoder {
       PC_CHECK(y.dim() == 2 && y.size(0) == total, ModelError, "video model ",
                info_.model_file, " returned shape ", y.sizes(), " for input [", total, ", 3, ",
                h, ", ", w, "]; with layout: frames it must return [N, D], one vector per frame");
-      out = embeddings_from_rows(y, counts, section_.pooling == Pooling::kMean,
-                                 section_.normalize);
+      out = embeddings_from_rows(y, counts, section_.pooling_mode(),
+                                 section_.normalized());
     } else {
       const auto b = static_cast<int64_t>(batch.size());
       const int64_t t = counts.front();
@@ -89,12 +93,12 @@ class VideoEncoder final : public TorchEncoder {
         PC_ASSERT(c == t, "layout clips needs equal frame counts in a batch");
       }
       const auto y = model_.forward({x.view({b, t, 3, h, w})});
-      if (section_.pooling == Pooling::kModel) {
+      if (section_.pooling_mode() == Pooling::kModel) {
         PC_CHECK(y.dim() == 2 && y.size(0) == b, ModelError, "video model ", info_.model_file,
                  " returned shape ", y.sizes(), " for [", b, ", ", t,
                  ", 3, H, W]; with pooling: model it must return [B, D]");
-        out = embeddings_from_rows(y, std::vector<int64_t>(batch.size(), 1), false,
-                                   section_.normalize);
+        out = embeddings_from_rows(y, std::vector<int64_t>(batch.size(), 1), Pooling::kModel,
+                                   section_.normalized());
         for (auto& e : out) e.steps = static_cast<int32_t>(t);
       } else {
         PC_CHECK(y.dim() == 3 && y.size(0) == b && y.size(1) == t, ModelError, "video model ",
@@ -102,16 +106,17 @@ class VideoEncoder final : public TorchEncoder {
                  ", 3, H, W]; with pooling mean or none it must return [B, T, D] (or use "
                  "pooling: model for [B, D])");
         out = embeddings_from_rows(y.reshape({b * t, y.size(2)}), counts,
-                                   section_.pooling == Pooling::kMean, section_.normalize);
+                                   section_.pooling_mode(), section_.normalized());
       }
     }
-    if (section_.pooling == Pooling::kNone) {
+    if (section_.pooling_mode() == Pooling::kNone) {
       for (size_t i = 0; i < out.size(); ++i) out[i].timestamps = batch[i]->video->timestamps;
     }
     return out;
   }
 
  private:
+  TorchScriptModel model_;
   VideoSection section_;
   at::Tensor mean_;
   at::Tensor std_;

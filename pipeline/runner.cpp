@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "encoders/bert/text_settings.hpp"
 #include "encoders/encoder.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/sha256.hpp"
@@ -57,7 +58,7 @@ std::string preprocessing_json(const Config& c, Modality m) {
            {"layout", video_layout_name(c.video.layout)},
            {"color", "RGB24 from swscale, full range"},
            {"dtype", compute_dtype_name(c.video.dtype)},
-           {"normalize", c.video.normalize}};
+           {"normalize", c.video.normalized()}};
       break;
     case Modality::kAudio:
       j = {{"sample_rate", c.audio.sample_rate},
@@ -65,19 +66,23 @@ std::string preprocessing_json(const Config& c, Modality m) {
            {"window_s", c.audio.window_s},
            {"hop_s", c.audio.hop_s > 0 ? c.audio.hop_s : c.audio.window_s},
            {"dtype", compute_dtype_name(c.audio.dtype)},
-           {"normalize", c.audio.normalize}};
+           {"normalize", c.audio.normalized()}};
       break;
-    case Modality::kText:
+    case Modality::kText: {
+      const auto t = tokenizer_options(c.text);
       j = {{"tokenizer", "bert-wordpiece"},
-           {"vocab_sha256", sha256_file(c.text.vocab)},
-           {"lower_case", c.text.lower_case},
-           {"strip_accents", c.text.strip_accents ? nlohmann::json(*c.text.strip_accents)
-                                                  : nlohmann::json(c.text.lower_case)},
-           {"tokenize_chinese_chars", c.text.tokenize_chinese_chars},
-           {"max_length", c.text.max_length},
+           {"encoder_type", c.text.encoder.type},
+           {"lower_case", t.lower_case},
+           {"strip_accents", t.strip_accents.value_or(t.lower_case)},
+           {"tokenize_chinese_chars", t.tokenize_chinese_chars},
+           {"max_length", t.max_length},
+           {"output_layer", c.text.output_layer},
            {"dtype", compute_dtype_name(c.text.dtype)},
-           {"normalize", c.text.normalize}};
+           {"normalize", c.text.normalized()}};
+      // A bert folder's vocabulary is part of the encoder's hash; a separate vocab file is not.
+      if (!c.text.vocab.empty()) j["vocab_sha256"] = sha256_file(c.text.vocab);
       break;
+    }
   }
   return j.dump();
 }
@@ -122,7 +127,7 @@ ShardMeta make_meta(const Config& config, const EncoderPools& pools) {
     schema.dim = info.dim;
     schema.encoder = info.model_file;
     schema.encoder_sha256 = info.model_sha256;
-    schema.pooling = std::string(pooling_name(config.section(m).pooling));
+    schema.pooling = std::string(pooling_name(config.section(m).pooling_mode()));
     schema.preprocessing_json = preprocessing_json(config, m);
     fingerprint.update(info.model_sha256);
     fingerprint.update(schema.preprocessing_json);
@@ -206,6 +211,7 @@ RunSummary run_precompute(const Config& config) {
   summary.shards = stats.shards_written;
   summary.bytes_written = stats.bytes_written;
   summary.peak_rss_bytes = peak_rss_bytes();
+  summary.device_memory = device_memory_peaks();
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stats.started).count();
   for (const auto& entry : assembler.index().shards) {
@@ -231,6 +237,11 @@ std::string format_summary(const RunSummary& s) {
       s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
       s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
       static_cast<double>(s.peak_rss_bytes) / 1e6);
+  for (const auto& peak : s.device_memory) {
+    out += fmt::format("; peak GPU memory {} {:.0f} MiB reserved ({:.0f} MiB allocated)",
+                       peak.device, static_cast<double>(peak.reserved_bytes) / (1 << 20),
+                       static_cast<double>(peak.allocated_bytes) / (1 << 20));
+  }
   if (!s.failures_by_category.empty()) {
     out += "; failures by category:";
     for (const auto& [category, n] : s.failures_by_category) {

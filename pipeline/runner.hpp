@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "encoders/encoder.hpp"
 #include "pipeline/core/config.hpp"
 
 namespace precompute {
@@ -21,6 +22,7 @@ struct RunSummary {
   int64_t shards = 0;
   int64_t bytes_written = 0;
   int64_t peak_rss_bytes = 0;  // the process's peak resident memory
+  std::vector<DeviceMemoryPeak> device_memory;  // per CUDA device used
   double seconds = 0.0;
   std::filesystem::path output;
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The built-in demo: set-up, then 32 generated clips with speech and captions (plus two broken
-# entries) embedded by small video/audio encoders and the real all-MiniLM-L6-v2, into
+# entries) embedded by small video/audio encoders and the real all-MiniLM-L6-v2 (native BERT), into
 # build/demo/out; then `precompute inspect` and how to load the result in Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-[ -f build/demo/models/minilm.pt ] || .venv/bin/python tools/scripts/export_encoders.py demo build/demo/models
+[ -e build/demo/models/all-MiniLM-L6-v2/config.json ] && [ -f build/demo/models/audio_demo.pt ] ||
+  .venv/bin/python tools/scripts/export_encoders.py demo build/demo/models
 .venv/bin/python tools/scripts/make_demo_dataset.py build/demo/data
 build/tools/cli/precompute run --config configs/demo.yaml
 build/tools/cli/precompute inspect build/demo/out

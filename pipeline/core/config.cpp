@@ -260,16 +260,14 @@ void read_audio(const Node& n, const std::filesystem::path& base, AudioSection& 
 
 void read_text(const Node& n, const std::filesystem::path& base, TextSection& t) {
   check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize", "tokenizer",
-                 "max_batch_tokens"});
+                 "max_batch_tokens", "output_layer"});
   read_encoder_section(n, base, t);
   if (n.has("max_batch_tokens")) t.max_batch_tokens = read_int64(n.child("max_batch_tokens"));
-  PC_CHECK(n.has("tokenizer"), ConfigError, "config key '", n.path,
-           "' needs a 'tokenizer' section with at least 'vocab: PATH/vocab.txt'");
+  if (n.has("output_layer")) t.output_layer = read_int(n.child("output_layer"));
+  if (!n.has("tokenizer")) return;
   const Node k = n.child("tokenizer");
   check_keys(k, {"vocab", "lower_case", "strip_accents", "tokenize_chinese_chars", "max_length"});
-  PC_CHECK(k.has("vocab"), ConfigError, "config key '", k.path,
-           "' needs 'vocab': the WordPiece vocab.txt of the text model");
-  t.vocab = read_path(k.child("vocab"), base);
+  if (k.has("vocab")) t.vocab = read_path(k.child("vocab"), base);
   if (k.has("lower_case")) t.lower_case = read_bool(k.child("lower_case"));
   if (k.has("strip_accents") && !k.child("strip_accents").node.IsNull()) {
     t.strip_accents = read_bool(k.child("strip_accents"));
@@ -412,22 +410,35 @@ void validate_device(const std::string& device, const std::string& key) {
 }
 
 void validate_encoder(const EncoderSection& s, const std::string& name,
+                      std::initializer_list<const char*> types,
                       std::initializer_list<Pooling> poolings) {
   PC_CHECK(!s.encoder.path.empty(), ConfigError, "config section '", name,
-           "' needs 'encoder: {path: MODEL.pt}'");
-  PC_CHECK(s.encoder.type == "torchscript", ConfigError, "config key '", name,
-           ".encoder.type' is '", s.encoder.type, "'; this version supports: torchscript");
-  PC_CHECK(std::filesystem::is_regular_file(s.encoder.path), ConfigError, "config key '", name,
-           ".encoder.path': model file ", s.encoder.path,
-           " does not exist; export it first (tools/scripts/export_encoders.py makes the demo's)");
+           "' needs 'encoder: {path: MODEL}'");
+  std::ostringstream type_list;
+  for (const auto* t : types) type_list << (type_list.tellp() > 0 ? ", " : "") << t;
+  PC_CHECK(std::find(types.begin(), types.end(), s.encoder.type) != types.end(), ConfigError,
+           "config key '", name, ".encoder.type' is '", s.encoder.type, "'; for ", name,
+           " use one of: ", type_list.str());
+  if (s.encoder.type == "bert") {
+    PC_CHECK(std::filesystem::is_directory(s.encoder.path), ConfigError, "config key '", name,
+             ".encoder.path': ", s.encoder.path,
+             " is not a folder; type bert needs a Hugging Face model folder (config.json, "
+             "model.safetensors, vocab.txt or tokenizer.json)");
+  } else {
+    PC_CHECK(std::filesystem::is_regular_file(s.encoder.path), ConfigError, "config key '", name,
+             ".encoder.path': model file ", s.encoder.path,
+             " does not exist; export it first (tools/scripts/export_encoders.py makes the "
+             "demo's)");
+  }
   PC_CHECK(s.batch_size >= 1, ConfigError, "config key '", name,
            ".batch_size' must be at least 1, got ", s.batch_size);
   for (const auto& d : s.devices) validate_device(d, name + ".device");
-  const bool allowed = std::find(poolings.begin(), poolings.end(), s.pooling) != poolings.end();
+  const bool allowed =
+      std::find(poolings.begin(), poolings.end(), s.pooling_mode()) != poolings.end();
   std::ostringstream list;
   for (auto p : poolings) list << (list.tellp() > 0 ? ", " : "") << pooling_name(p);
   PC_CHECK(allowed, ConfigError, "config key '", name, ".pooling' is '",
-           pooling_name(s.pooling), "'; for ", name, " use one of: ", list.str());
+           pooling_name(s.pooling_mode()), "'; for ", name, " use one of: ", list.str());
 }
 
 }  // namespace
@@ -457,7 +468,7 @@ void validate(const Config& c) {
 
   if (c.video.enabled) {
     const auto& v = c.video;
-    validate_encoder(v, "video", {Pooling::kMean, Pooling::kNone, Pooling::kModel});
+    validate_encoder(v, "video", {"torchscript"}, {Pooling::kMean, Pooling::kNone, Pooling::kModel});
     PC_CHECK((v.fps > 0) != (v.num_frames > 0), ConfigError,
              "config key 'video.sampling' needs exactly one of 'fps: X' (X > 0) or "
              "'num_frames: N' (N >= 1)");
@@ -467,7 +478,7 @@ void validate(const Config& c) {
     for (int i = 0; i < 3; ++i) {
       PC_CHECK(v.std[i] > 0, ConfigError, "config key 'video.std' must be positive");
     }
-    PC_CHECK(v.layout == VideoLayout::kClips || v.pooling != Pooling::kModel, ConfigError,
+    PC_CHECK(v.layout == VideoLayout::kClips || v.pooling_mode() != Pooling::kModel, ConfigError,
              "config key 'video.pooling: model' needs 'layout: clips' (the model sees whole "
              "clips); with layout: frames use mean or none");
     PC_CHECK(v.layout == VideoLayout::kFrames || v.num_frames > 0, ConfigError,
@@ -478,7 +489,7 @@ void validate(const Config& c) {
   }
   if (c.audio.enabled) {
     const auto& a = c.audio;
-    validate_encoder(a, "audio", {Pooling::kMean, Pooling::kNone});
+    validate_encoder(a, "audio", {"torchscript"}, {Pooling::kMean, Pooling::kNone});
     PC_CHECK(a.sample_rate >= 1000 && a.sample_rate <= 384000, ConfigError,
              "config key 'audio.sample_rate' must be between 1000 and 384000 Hz, got ",
              a.sample_rate);
@@ -493,15 +504,26 @@ void validate(const Config& c) {
   }
   if (c.text.enabled) {
     const auto& t = c.text;
-    validate_encoder(t, "text",
-                     {Pooling::kMean, Pooling::kNone, Pooling::kCls, Pooling::kMax,
-                      Pooling::kModel});
-    PC_CHECK(std::filesystem::is_regular_file(t.vocab), ConfigError,
+    if (t.encoder.type == "bert") {
+      validate_encoder(t, "text", {"torchscript", "bert"},
+                       {Pooling::kMean, Pooling::kNone, Pooling::kCls, Pooling::kMax});
+    } else {
+      validate_encoder(t, "text", {"torchscript", "bert"},
+                       {Pooling::kMean, Pooling::kNone, Pooling::kCls, Pooling::kMax,
+                        Pooling::kModel});
+      PC_CHECK(!t.vocab.empty(), ConfigError,
+               "config key 'text.tokenizer.vocab' is missing: a TorchScript text model needs "
+               "the WordPiece vocab.txt it was trained with");
+    }
+    PC_CHECK(t.vocab.empty() || std::filesystem::is_regular_file(t.vocab), ConfigError,
              "config key 'text.tokenizer.vocab': ", t.vocab,
              " does not exist; point it at the model's vocab.txt");
-    PC_CHECK(t.max_length >= 2 && t.max_length <= 65536, ConfigError,
+    PC_CHECK(!t.max_length || (*t.max_length >= 2 && *t.max_length <= 65536), ConfigError,
              "config key 'text.tokenizer.max_length' must be between 2 and 65536, got ",
-             t.max_length);
+             t.max_length.value_or(0));
+    PC_CHECK(t.encoder.type == "bert" || t.output_layer == -1, ConfigError,
+             "config key 'text.output_layer' needs 'encoder.type: bert' (a TorchScript model "
+             "returns what it returns)");
   }
 }
 
@@ -512,8 +534,8 @@ nlohmann::json encoder_json(const EncoderSection& s, bool semantic) {
       {"type", s.encoder.type},
       {"path", s.encoder.path.string()},
       {"dtype", compute_dtype_name(s.dtype)},
-      {"pooling", pooling_name(s.pooling)},
-      {"normalize", s.normalize},
+      {"pooling", s.pooling ? nlohmann::json(pooling_name(*s.pooling)) : nlohmann::json()},
+      {"normalize", s.normalize ? nlohmann::json(*s.normalize) : nlohmann::json()},
   };
   if (semantic) {
     // The model file's identity is its content hash, stored by the writer; its path is not.
@@ -568,10 +590,12 @@ nlohmann::json config_json(const Config& c, bool semantic) {
   if (c.text.enabled) {
     const auto& t = c.text;
     auto e = encoder_json(t, semantic);
-    e["lower_case"] = t.lower_case;
-    e["strip_accents"] = t.strip_accents ? nlohmann::json(*t.strip_accents) : nlohmann::json();
-    e["tokenize_chinese_chars"] = t.tokenize_chinese_chars;
-    e["max_length"] = t.max_length;
+    const auto optional = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+    e["lower_case"] = optional(t.lower_case);
+    e["strip_accents"] = optional(t.strip_accents);
+    e["tokenize_chinese_chars"] = optional(t.tokenize_chinese_chars);
+    e["max_length"] = optional(t.max_length);
+    e["output_layer"] = t.output_layer;
     if (!semantic) {
       e["vocab"] = t.vocab.string();
       e["max_batch_tokens"] = t.max_batch_tokens;

@@ -46,9 +46,9 @@ std::string_view pooling_name(Pooling p);
 std::string_view resize_mode_name(ResizeMode r);
 std::string_view video_layout_name(VideoLayout l);
 
-// The model file behind one encoder.
+// The model behind one encoder.
 struct EncoderSpec {
-  std::string type = "torchscript";  // only TorchScript for now
+  std::string type = "torchscript";  // torchscript (a file), or bert (a Hugging Face folder)
   std::filesystem::path path;        // resolved against the config file's folder
 };
 
@@ -59,8 +59,12 @@ struct EncoderSection {
   std::vector<std::string> devices;  // "cpu", "cuda", "cuda:1"; empty: run.device
   ComputeDtype dtype = ComputeDtype::kFloat32;
   int batch_size = 16;             // samples per batch, at most
-  Pooling pooling = Pooling::kMean;
-  bool normalize = false;          // L2-normalise each stored vector
+  std::optional<Pooling> pooling;  // unset: mean (text with a bert folder: the folder's pooling)
+  std::optional<bool> normalize;   // L2-normalise each stored vector; unset: no (text with a
+                                   // bert folder: whether the folder has a Normalize module)
+
+  Pooling pooling_mode() const { return pooling.value_or(Pooling::kMean); }
+  bool normalized() const { return normalize.value_or(false); }
 };
 
 struct VideoSection : EncoderSection {
@@ -86,13 +90,18 @@ struct AudioSection : EncoderSection {
   double max_duration_s = 4 * 3600.0;
 };
 
+// Tokenizer settings left unset take the model folder's (encoder type bert, see
+// encoders/bert/text_settings.hpp) or BERT's defaults (lower_case true, strip_accents following
+// lower_case, tokenize_chinese_chars true, max_length 128).
 struct TextSection : EncoderSection {
-  std::filesystem::path vocab;     // BERT WordPiece vocab.txt
-  bool lower_case = true;
-  std::optional<bool> strip_accents;  // unset: follows lower_case, as in BERT
-  bool tokenize_chinese_chars = true;
-  int max_length = 128;            // tokens per caption, [CLS] and [SEP] included
-  int64_t max_batch_tokens = 0;    // padded tokens per batch, at most (0: batch_size alone)
+  std::filesystem::path vocab;     // WordPiece vocab.txt; type bert: the folder's by default
+  std::optional<bool> lower_case;
+  std::optional<bool> strip_accents;
+  std::optional<bool> tokenize_chinese_chars;
+  std::optional<int> max_length;   // tokens per caption, [CLS] and [SEP] included
+  int64_t max_batch_tokens = 0;    // tokens per batch, at most (0: batch_size alone); padded
+                                   // tokens for torchscript, real tokens for bert
+  int output_layer = -1;           // bert: hidden states after this layer (-1: last, 0: embeddings)
 };
 
 struct InputSection {

@@ -42,7 +42,7 @@ bool ModalityBatcher::fits(const PreparedSample& sample) const {
   }
   if (limits_.max_cost <= 0) return true;
   const int64_t cost = sample_cost(modality_, sample);
-  if (modality_ == Modality::kText) {
+  if (limits_.padded) {
     // Captions are padded to the longest one in the batch.
     const auto n = static_cast<int64_t>(open_.samples.size()) + 1;
     return n * std::max(open_max_tokens_, cost) <= limits_.max_cost;
@@ -54,7 +54,7 @@ bool ModalityBatcher::full() const {
   if (static_cast<int>(open_.samples.size()) >= limits_.max_samples) return true;
   if (limits_.max_cost <= 0) return false;
   const auto n = static_cast<int64_t>(open_.samples.size());
-  return (modality_ == Modality::kText ? n * open_max_tokens_ : open_cost_) >= limits_.max_cost;
+  return (limits_.padded ? n * open_max_tokens_ : open_cost_) >= limits_.max_cost;
 }
 
 void ModalityBatcher::add(PreparedSamplePtr sample, std::vector<ModalityBatch>& ready) {
@@ -92,6 +92,8 @@ BatchLimits batch_limits(const Config& config, Modality m) {
       break;
     case Modality::kText:
       limits.max_cost = config.text.max_batch_tokens;
+      // A TorchScript text model sees padded [B, L] batches; the native encoder packs them.
+      limits.padded = config.text.encoder.type != "bert";
       break;
   }
   return limits;

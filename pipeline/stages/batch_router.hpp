@@ -18,10 +18,10 @@ struct BatchLimits {
   int max_samples = 1;     // samples per batch
   int64_t max_cost = 0;    // cost units per batch; 0: no cost limit
   bool equal_steps = false;  // every sample of a batch has the same step count (video clips)
+  bool padded = false;       // text: the cost is padded tokens (batch size x longest caption)
 };
 
-// Cost of one sample in a batch of its modality: video frames, audio samples, or for text the
-// padded token count it adds (computed by the batcher, which knows the batch's longest caption).
+// Cost of one sample in a batch of its modality: video frames, audio samples, text tokens.
 int64_t sample_cost(Modality m, const PreparedSample& sample);
 
 // Accumulates one modality's samples into batches.

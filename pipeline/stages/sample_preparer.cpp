@@ -4,8 +4,8 @@
 
 #include <optional>
 
+#include "encoders/bert/text_settings.hpp"
 #include "encoders/text/wordpiece_tokenizer.hpp"
-#include "encoders/text_encoder.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/media/audio_decoder.hpp"
 #include "pipeline/media/video_decoder.hpp"
@@ -30,8 +30,7 @@ SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&
   if (state->video) state->video_options = video_decode_options(config.video);
   if (state->audio) state->audio_options = audio_decode_options(config.audio);
   if (state->text) {
-    state->tokenizer = WordPieceTokenizer::from_vocab_file(config.text.vocab,
-                                                           tokenizer_options(config.text));
+    state->tokenizer = make_text_tokenizer(config.text);
   }
   state_ = std::move(state);
 }

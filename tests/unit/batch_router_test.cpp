@@ -43,7 +43,7 @@ TEST(ModalityBatcherTest, ClosesFullBatchesAtOnce) {
 
 TEST(ModalityBatcherTest, TextBudgetCountsPaddedTokens) {
   // Budget 40 padded tokens: 4 + 4 fit (8), a 20-token caption would pad the batch to 3 x 20.
-  ModalityBatcher b(Modality::kText, {100, 40, false});
+  ModalityBatcher b(Modality::kText, {100, 40, false, /*padded=*/true});
   std::vector<ModalityBatch> ready;
   b.add(text_sample(0, 4), ready);
   b.add(text_sample(1, 4), ready);
@@ -54,6 +54,17 @@ TEST(ModalityBatcherTest, TextBudgetCountsPaddedTokens) {
   EXPECT_EQ(sizes(ready), (std::vector<size_t>{2, 2}));
   b.add(text_sample(4, 500), ready);  // over budget alone: runs alone
   EXPECT_EQ(sizes(ready), (std::vector<size_t>{2, 2, 1}));
+}
+
+TEST(ModalityBatcherTest, PackedTextBudgetCountsRealTokens) {
+  ModalityBatcher b(Modality::kText, {100, 40, false, /*padded=*/false});
+  std::vector<ModalityBatch> ready;
+  b.add(text_sample(0, 4), ready);
+  b.add(text_sample(1, 20), ready);  // 24 tokens: padding would make it 40 already
+  b.add(text_sample(2, 10), ready);  // 34
+  EXPECT_TRUE(ready.empty());
+  b.add(text_sample(3, 10), ready);  // 44 > 40: the first three go out
+  EXPECT_EQ(sizes(ready), (std::vector<size_t>{3}));
 }
 
 TEST(ModalityBatcherTest, ClipsLayoutKeepsFrameCountsEqual) {

@@ -51,8 +51,10 @@ text:
   EXPECT_EQ(c.video.pooling, Pooling::kModel);
   EXPECT_EQ(c.text.vocab, "/base/cfg/vocab.txt");
   EXPECT_EQ(c.text.max_length, 64);
+  EXPECT_FALSE(c.video.normalize.has_value());
   ASSERT_TRUE(c.text.strip_accents.has_value());
   EXPECT_FALSE(*c.text.strip_accents);
+  EXPECT_FALSE(c.text.lower_case.has_value());  // unset: the model's, or BERT's default
   EXPECT_EQ(c.text.pooling, Pooling::kCls);
   EXPECT_EQ(c.devices_for(Modality::kText), c.run.devices);
 }
@@ -72,7 +74,6 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheChoices) {
   EXPECT_NE(e.find("mean, none"), std::string::npos) << e;
   EXPECT_NE(error_of("video: {sampling: {fps: 1, num_frames: 8}}").find("exactly one"),
             std::string::npos);
-  EXPECT_NE(error_of("text: {encoder: {path: t.pt}}").find("tokenizer"), std::string::npos);
   EXPECT_NE(error_of(": [").find("not valid YAML"), std::string::npos);
 }
 
@@ -96,6 +97,32 @@ TEST(ConfigTest, ValidateExplainsMissingPieces) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos);
   }
+}
+
+TEST(ConfigTest, ValidateChecksTheTextEncoderType) {
+  const auto message = [](const std::string& yaml) {
+    try {
+      auto c = parse_config("input: {manifest: m.jsonl}\noutput: {path: o}\n" + yaml, "/");
+      validate(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const auto sources = std::string(PRECOMPUTE_SOURCE_DIR);
+  // A TorchScript text model needs its vocabulary.
+  EXPECT_NE(message("text: {encoder: {path: " + sources + "/CMakeLists.txt}}")
+                .find("text.tokenizer.vocab"),
+            std::string::npos);
+  // A bert encoder is a folder, not a file.
+  EXPECT_NE(message("text: {encoder: {type: bert, path: " + sources + "/CMakeLists.txt}}")
+                .find("is not a folder"),
+            std::string::npos);
+  const auto unknown = message("text: {encoder: {type: onnx, path: x}}");
+  EXPECT_NE(unknown.find("torchscript, bert"), std::string::npos) << unknown;
+  EXPECT_NE(message("video: {encoder: {type: bert, path: x}, sampling: {fps: 1}}")
+                .find("for video use one of: torchscript"),
+            std::string::npos);
 }
 
 TEST(ConfigTest, OverridesWinOverTheFile) {

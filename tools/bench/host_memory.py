@@ -33,7 +33,7 @@ def main() -> int:
     python = sys.executable
     models = ROOT / "build" / "demo" / "models"
     data = ROOT / "build" / "demo" / "data"
-    if not (models / "minilm.pt").exists():
+    if not (models / "all-MiniLM-L6-v2" / "config.json").exists():
         run([python, str(ROOT / "tools/scripts/export_encoders.py"), "demo", str(models)])
     run([python, str(ROOT / "tools/scripts/make_demo_dataset.py"), str(data)],
         stdout=subprocess.DEVNULL)

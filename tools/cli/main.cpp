@@ -36,6 +36,7 @@ int main_impl(int argc, char** argv) {
   app.require_subcommand(1);
   const auto run = add_run_command(app);
   const auto inspect = add_inspect_command(app);
+  const auto tokenize = add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -45,6 +46,7 @@ int main_impl(int argc, char** argv) {
   try {
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("inspect")) return inspect();
+    if (app.got_subcommand("tokenize")) return tokenize();
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     if (e.kind() == ErrorKind::kInternal) {

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "encoders/bert/text_settings.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/logging.hpp"
 #include "pipeline/runner.hpp"
@@ -58,6 +59,7 @@ CommandFn add_run_command(CLI::App& app) {
     overrides.overwrite = o->overwrite;
     apply_overrides(config, overrides);
     if (o->progress_interval >= 0) config.run.progress_interval_s = o->progress_interval;
+    if (config.text.enabled) resolve_text_settings(config.text);
     validate(config);
     setup_logging(config.run.log_level);
 

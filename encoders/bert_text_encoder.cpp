@@ -1,0 +1,93 @@
+#include "encoders/bert_text_encoder.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "encoders/bert/bert_model.hpp"
+#include "encoders/bert/model_folder.hpp"
+#include "encoders/bert/text_settings.hpp"
+#include "encoders/embedding_output.hpp"
+#include "encoders/torch_encoder.hpp"
+#include "encoders/torchscript_model.hpp"
+#include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
+
+namespace precompute {
+namespace {
+
+// Note [Native text encoder]
+// A batch's captions are packed end to end (Note [Packed batches]), the model returns one
+// vector per token [T, H], and pooling runs on those rows per caption: mean, cls or max, or none
+// to store every token. The batcher caps a batch by captions (batch_size) and by real tokens
+// (max_batch_tokens), which is the model's cost when nothing is padded.
+
+// The identity of a model folder: names and contents of the files that define its outputs
+// (configs, vocabularies, weights), in sorted order. A README edit does not change it.
+std::string folder_sha256(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    const auto ext = entry.path().extension();
+    if (entry.is_regular_file() && (ext == ".json" || ext == ".txt" || ext == ".safetensors")) {
+      files.push_back(entry.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  Sha256 h;
+  for (const auto& file : files) {
+    h.update(file.lexically_relative(dir).generic_string());
+    h.update(sha256_file(file));
+  }
+  return h.hex_digest();
+}
+
+class BertTextEncoder final : public TorchEncoder {
+ public:
+  BertTextEncoder(const TextSection& section, const std::string& device)
+      : BertTextEncoder(section, device, read_model_folder(section.encoder.path)) {}
+
+ protected:
+  std::vector<SampleEmbedding> run(const std::vector<PreparedSamplePtr>& batch) override {
+    std::vector<const std::vector<int32_t>*> sequences;
+    sequences.reserve(batch.size());
+    for (const auto& sample : batch) sequences.push_back(&sample->text->ids);
+    const auto packed = pack_sequences(sequences, device_);
+    const auto hidden = model_.forward(packed);
+    auto out = embeddings_from_rows(hidden, packed.lengths, section_.pooling_mode(),
+                                    section_.normalized());
+    for (size_t i = 0; i < out.size(); ++i) out[i].truncated = batch[i]->text->truncated;
+    return out;
+  }
+
+ private:
+  BertTextEncoder(const TextSection& section, const std::string& device,
+                  const ModelFolder& folder)
+      : TorchEncoder(Modality::kText, section, device, folder_sha256(section.encoder.path)),
+        model_(folder, device_, to_scalar_type(section.dtype), section.output_layer),
+        section_(section) {
+    const auto tokenizer = make_text_tokenizer(section);
+    PC_CHECK(static_cast<int64_t>(tokenizer.vocab_size()) <= model_.vocab_size(), ModelError,
+             "the tokenizer's vocabulary has ", tokenizer.vocab_size(), " tokens but ",
+             section.encoder.path, " embeds only ", model_.vocab_size(),
+             "; use the model folder's own vocabulary");
+    PC_CHECK(section.max_length.value_or(0) <= model_.max_positions(), ConfigError,
+             "text.tokenizer.max_length ", section.max_length.value_or(0), " exceeds the ",
+             model_.max_positions(), " positions of ", section.encoder.path);
+    PreparedSample dummy;
+    dummy.text.emplace();
+    dummy.text->ids = {tokenizer.cls_id(), tokenizer.sep_id()};
+    warm_up(std::move(dummy));
+  }
+
+  BertModel model_;
+  TextSection section_;
+};
+
+}  // namespace
+
+std::unique_ptr<Encoder> make_bert_text_encoder(const TextSection& section,
+                                                const std::string& device) {
+  return std::make_unique<BertTextEncoder>(section, device);
+}
+
+}  // namespace precompute
