@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <future>
 
 #include "encoders/bert/bert_model.hpp"
 #include "encoders/bert/model_folder.hpp"
@@ -44,7 +45,9 @@ std::string folder_sha256(const std::filesystem::path& dir) {
 class BertTextEncoder final : public TorchEncoder {
  public:
   BertTextEncoder(const TextSection& section, const std::string& device)
-      : BertTextEncoder(section, device, read_model_folder(section.encoder.path)) {}
+      : BertTextEncoder(section, device, read_model_folder(section.encoder.path),
+                        // Hashing the weights (440 MB for BERT-base) overlaps loading them.
+                        std::async(std::launch::async, folder_sha256, section.encoder.path)) {}
 
  protected:
   std::vector<SampleEmbedding> run(const std::vector<PreparedSamplePtr>& batch) override {
@@ -61,8 +64,8 @@ class BertTextEncoder final : public TorchEncoder {
 
  private:
   BertTextEncoder(const TextSection& section, const std::string& device,
-                  const ModelFolder& folder)
-      : TorchEncoder(Modality::kText, section, device, folder_sha256(section.encoder.path)),
+                  const ModelFolder& folder, std::future<std::string> folder_hash)
+      : TorchEncoder(Modality::kText, section, device, /*model_sha256=*/""),
         model_(folder, device_, to_scalar_type(section.dtype), section.output_layer),
         section_(section) {
     const auto tokenizer = make_text_tokenizer(section);
@@ -77,6 +80,7 @@ class BertTextEncoder final : public TorchEncoder {
     dummy.text.emplace();
     dummy.text->ids = {tokenizer.cls_id(), tokenizer.sep_id()};
     warm_up(std::move(dummy));
+    info_.model_sha256 = folder_hash.get();
   }
 
   BertModel model_;

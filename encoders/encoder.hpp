@@ -22,6 +22,9 @@ struct EncoderInfo {
   std::string model_sha256;  // content hash of the model file
   int64_t dim = 0;           // width of the stored vectors, learnt from the warm-up pass
   bool per_step = false;     // one vector per frame / window / token (pooling: none)
+  // Calls of encode() this instance may run at once (on different threads): a GPU encoder runs
+  // each on its own CUDA stream, so that one batch's host work overlaps another's kernels.
+  int concurrent_calls = 1;
 };
 
 class Encoder {

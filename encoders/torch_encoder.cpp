@@ -4,7 +4,14 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 
+#include <optional>
+
 #include "pipeline/core/error.hpp"
+
+#ifdef PRECOMPUTE_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace precompute {
 
@@ -16,6 +23,9 @@ TorchEncoder::TorchEncoder(Modality modality, const EncoderSection& section,
   info_.model_file = section.encoder.path.filename().string();
   info_.model_sha256 = std::move(model_sha256);
   info_.per_step = section.pooling_mode() == Pooling::kNone;
+#ifdef PRECOMPUTE_WITH_CUDA
+  info_.concurrent_calls = device_.is_cuda() ? 2 : 1;
+#endif
 }
 
 std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamplePtr>& batch) {
@@ -23,6 +33,11 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
   // InferenceMode is thread-local: set it on the thread that runs this batch.
   c10::InferenceMode inference_mode;
   c10::DeviceGuard device_guard(device_);
+#ifdef PRECOMPUTE_WITH_CUDA
+  // Each concurrent call on its own stream (Note in encoder.hpp, EncoderInfo::concurrent_calls).
+  std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
+  if (device_.is_cuda()) stream_guard.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+#endif
   std::vector<SampleEmbedding> out;
   try {
     out = run(batch);

@@ -57,6 +57,7 @@ void run_graph(const std::vector<SampleSpec>& samples, const SamplePreparer& pre
   using RouterPorts = std::tuple<ModalityBatch, ModalityBatch, ModalityBatch, WriterMessage>;
   using Router = flow::multifunction_node<PreparedSamplePtr, RouterPorts>;
   Router route(g, flow::serial, [&](const PreparedSamplePtr& sample, Router::output_ports_type& ports) {
+    const StageTimer timer(stats.route_ns);
     auto routed = router.route(sample);
     stats.routed.fetch_add(1, std::memory_order_relaxed);
     std::get<3>(ports).try_put(WriterMessage(std::move(routed.outline)));
@@ -79,6 +80,7 @@ void run_graph(const std::vector<SampleSpec>& samples, const SamplePreparer& pre
 
   using Writer = flow::multifunction_node<WriterMessage, std::tuple<int64_t>>;
   Writer write(g, flow::serial, [&](const WriterMessage& message, Writer::output_ports_type& ports) {
+    const StageTimer timer(stats.assemble_ns);
     const int64_t completed = assembler.add(message);
     if (completed > 0) std::get<0>(ports).try_put(completed);
   });

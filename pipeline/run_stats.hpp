@@ -27,7 +27,31 @@ struct RunStats {
   std::array<std::atomic<int64_t>, kNumModalities> batches_queued{};  // sent to an encoder
   std::array<std::atomic<int64_t>, kNumModalities> batches_done{};
   std::array<std::atomic<int64_t>, 16> failures_by_category{};  // by FailureCategory value
+  // Time each serial or device-bound stage spent working, in nanoseconds (where a run waits).
+  std::atomic<int64_t> route_ns{0};
+  std::atomic<int64_t> assemble_ns{0};
+  std::atomic<int64_t> commit_ns{0};
+  std::array<std::atomic<int64_t>, kNumModalities> encode_ns{};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+};
+
+// Adds the time from its construction to its destruction to `total` (nanoseconds).
+class StageTimer {
+ public:
+  explicit StageTimer(std::atomic<int64_t>& total)
+      : total_(total), started_(std::chrono::steady_clock::now()) {}
+  ~StageTimer() {
+    total_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - started_)
+                         .count(),
+                     std::memory_order_relaxed);
+  }
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+
+ private:
+  std::atomic<int64_t>& total_;
+  std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace precompute

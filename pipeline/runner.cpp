@@ -141,6 +141,7 @@ ShardMeta make_meta(const Config& config, const EncoderPools& pools) {
 
 RunSummary run_precompute(const Config& config) {
   validate(config);
+  const auto run_started = std::chrono::steady_clock::now();
   RunStats stats;
   const int decode_threads = config.run.decode_threads > 0 ? config.run.decode_threads : cores();
   configure_torch_threads(config.run.torch_threads);
@@ -153,7 +154,10 @@ RunSummary run_precompute(const Config& config) {
   prepare_output_folder(config.output.path, config.output.overwrite);
 
   spdlog::info("compute: {}", describe_devices());
+  const auto load_started = std::chrono::steady_clock::now();
   const auto pools = load_encoders(config);
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_started).count();
 
   OutputIndex index;
   index.meta = make_meta(config, pools);
@@ -188,7 +192,8 @@ RunSummary run_precompute(const Config& config) {
   SamplePreparer preparer(config, stats);
   BatchRouter router(config, stats.total);
   EncodeStage encode(pools, stats);
-  ShardAssembler assembler(config.output.path, index, stats);
+  ShardCommitter committer(config.output.path, index, stats);
+  ShardAssembler assembler(committer, stats.total, config.output.shard_size, stats);
   stats.started = std::chrono::steady_clock::now();
   {
     // Decode bodies, one body per encoder and the two serial stages each occupy a thread.
@@ -198,6 +203,7 @@ RunSummary run_precompute(const Config& config) {
     tbb::task_arena arena(parallelism);
     ProgressReporter progress(stats, config.run.progress_interval_s);
     arena.execute([&] { run_graph(samples, preparer, router, encode, assembler, stats, settings); });
+    committer.finish();
   }
   PC_ASSERT(stats.completed.load() == stats.total.load(), "run ended with ",
             stats.completed.load(), " of ", stats.total.load(), " samples complete");
@@ -212,9 +218,21 @@ RunSummary run_precompute(const Config& config) {
   summary.bytes_written = stats.bytes_written;
   summary.peak_rss_bytes = peak_rss_bytes();
   summary.device_memory = device_memory_peaks();
+  summary.load_seconds = load_seconds;
   summary.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - stats.started).count();
-  for (const auto& entry : assembler.index().shards) {
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_started).count() -
+      load_seconds;
+  const auto busy = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns) / 1e9; };
+  summary.busy_seconds = {{"route", busy(stats.route_ns)},
+                          {"assemble", busy(stats.assemble_ns)},
+                          {"commit", busy(stats.commit_ns)}};
+  for (Modality m : kAllModalities) {
+    if (pools[modality_index(m)]) {
+      summary.busy_seconds["encode " + std::string(modality_name(m))] =
+          busy(stats.encode_ns[modality_index(m)]);
+    }
+  }
+  for (const auto& entry : committer.index().shards) {
     summary.samples_with_embeddings += entry.num_samples;
     for (int m = 0; m < kNumModalities; ++m) summary.embedded[m] += entry.modality_counts[m];
   }
@@ -230,10 +248,11 @@ RunSummary run_precompute(const Config& config) {
 
 std::string format_summary(const RunSummary& s) {
   std::string out = fmt::format(
-      "{} samples in {:.1f} s ({:.1f}/s): {} with embeddings (video {}, audio {}, text {}), {} "
-      "with failures; {} shards, {:.1f} MB in {}; peak RSS {:.0f} MB",
+      "{} samples in {:.2f} s ({:.1f}/s; {:.2f} s more to load the encoders): {} with embeddings "
+      "(video {}, audio {}, text {}), {} with failures; {} shards, {:.1f} MB in {}; peak RSS "
+      "{:.0f} MB",
       s.total_samples, s.seconds,
-      s.seconds > 0 ? static_cast<double>(s.total_samples) / s.seconds : 0.0,
+      s.seconds > 0 ? static_cast<double>(s.total_samples) / s.seconds : 0.0, s.load_seconds,
       s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
       s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
       static_cast<double>(s.peak_rss_bytes) / 1e6);
@@ -242,6 +261,8 @@ std::string format_summary(const RunSummary& s) {
                        peak.device, static_cast<double>(peak.reserved_bytes) / (1 << 20),
                        static_cast<double>(peak.allocated_bytes) / (1 << 20));
   }
+  out += "; busy:";
+  for (const auto& [stage, seconds] : s.busy_seconds) out += fmt::format(" {} {:.2f} s", stage, seconds);
   if (!s.failures_by_category.empty()) {
     out += "; failures by category:";
     for (const auto& [category, n] : s.failures_by_category) {

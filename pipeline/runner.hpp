@@ -23,7 +23,9 @@ struct RunSummary {
   int64_t bytes_written = 0;
   int64_t peak_rss_bytes = 0;  // the process's peak resident memory
   std::vector<DeviceMemoryPeak> device_memory;  // per CUDA device used
-  double seconds = 0.0;
+  double seconds = 0.0;        // from reading the input to the last commit, encoder loading aside
+  double load_seconds = 0.0;   // loading and warming up the encoders
+  std::map<std::string, double> busy_seconds;  // working time of the serial and encode stages
   std::filesystem::path output;
 
   // True when failures exceed run.max_failures / max_failure_fraction.

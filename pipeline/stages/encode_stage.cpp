@@ -10,7 +10,10 @@ namespace precompute {
 EncoderPool::EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders)
     : encoders_(std::move(encoders)) {
   PC_ASSERT(!encoders_.empty(), "an encoder pool needs an encoder");
-  for (auto& e : encoders_) free_.push_back(e.get());
+  for (auto& e : encoders_) {
+    for (int call = 0; call < e->info().concurrent_calls; ++call) free_.push_back(e.get());
+  }
+  size_ = free_.size();
 }
 
 Encoder* EncoderPool::acquire() {
@@ -31,6 +34,7 @@ void EncoderPool::release(Encoder* encoder) {
 
 EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
   const auto m = batch.modality;
+  const StageTimer timer(stats_->encode_ns[modality_index(m)]);
   auto& pool = *pools_[modality_index(m)];
   EncodedBatch out;
   out.modality = m;

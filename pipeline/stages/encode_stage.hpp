@@ -18,12 +18,14 @@ namespace precompute {
 
 struct RunStats;
 
-// The loaded encoders of one modality, one per device.
+// The loaded encoders of one modality, one per device, each offered as many times as it takes
+// concurrent calls.
 class EncoderPool {
  public:
   explicit EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders);
 
-  size_t size() const { return encoders_.size(); }
+  // Calls that can run at once.
+  size_t size() const { return size_; }
   const EncoderInfo& info() const { return encoders_.front()->info(); }
 
   // Runs `fn(encoder)` on a free encoder, waiting for one if all are busy.
@@ -44,6 +46,7 @@ class EncoderPool {
 
   std::vector<std::unique_ptr<Encoder>> encoders_;
   std::vector<Encoder*> free_;
+  size_t size_ = 0;
   std::mutex mutex_;
   std::condition_variable available_;
 };

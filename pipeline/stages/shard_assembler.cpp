@@ -1,7 +1,5 @@
 #include "pipeline/stages/shard_assembler.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 
 #include "pipeline/core/error.hpp"
@@ -17,12 +15,12 @@ namespace precompute {
 // construction; `precompute inspect` and the tests count ids + failed-only samples against the
 // input.
 
-ShardAssembler::ShardAssembler(std::filesystem::path output_dir, OutputIndex index,
-                               RunStats& stats)
-    : writer_(output_dir, index.meta),
-      index_(std::move(index)),
-      stats_(&stats),
-      output_dir_(std::move(output_dir)) {}
+ShardAssembler::ShardAssembler(ShardCommitter& committer, int64_t total_samples,
+                               int64_t shard_size, RunStats& stats)
+    : committer_(&committer),
+      total_samples_(total_samples),
+      shard_size_(shard_size),
+      stats_(&stats) {}
 
 int64_t ShardAssembler::add(WriterMessage message) {
   if (auto* outline = std::get_if<SampleOutline>(&message)) return add_outline(std::move(*outline));
@@ -30,7 +28,7 @@ int64_t ShardAssembler::add(WriterMessage message) {
 }
 
 ShardAssembler::PendingSample& ShardAssembler::pending(int64_t seq) {
-  PC_ASSERT(seq >= 0 && seq < index_.total_samples, "seq ", seq, " outside the input");
+  PC_ASSERT(seq >= 0 && seq < total_samples_, "seq ", seq, " outside the input");
   return pending_[seq];
 }
 
@@ -72,14 +70,12 @@ int64_t ShardAssembler::complete_if_ready(int64_t seq) {
   auto& p = it->second;
   if (!p.outlined || p.expected != p.received) return 0;
 
-  const int64_t shard_size = index_.shard_size;
-  const int64_t shard_index = seq / shard_size;
+  const int64_t shard_index = seq / shard_size_;
   auto& shard = open_shards_[shard_index];
   if (shard.completed == 0) {
     shard.contents.shard_index = shard_index;
-    shard.contents.first_seq = shard_index * shard_size;
-    shard.contents.seq_count =
-        std::min(shard_size, index_.total_samples - shard.contents.first_seq);
+    shard.contents.first_seq = shard_index * shard_size_;
+    shard.contents.seq_count = std::min(shard_size_, total_samples_ - shard.contents.first_seq);
   }
   const bool any_embedding = std::any_of(p.embeddings.begin(), p.embeddings.end(),
                                          [](const auto& e) { return e.has_value(); });
@@ -97,11 +93,11 @@ int64_t ShardAssembler::complete_if_ready(int64_t seq) {
   pending_.erase(it);
   ++shard.completed;
   stats_->completed.fetch_add(1, std::memory_order_relaxed);
-  if (shard.completed == shard.contents.seq_count) write_shard(shard_index);
+  if (shard.completed == shard.contents.seq_count) submit_shard(shard_index);
   return 1;
 }
 
-void ShardAssembler::write_shard(int64_t shard_index) {
+void ShardAssembler::submit_shard(int64_t shard_index) {
   auto node = open_shards_.extract(shard_index);
   auto& contents = node.mapped().contents;
   std::sort(contents.samples.begin(), contents.samples.end(),
@@ -110,30 +106,7 @@ void ShardAssembler::write_shard(int64_t shard_index) {
                    [](const FailureRecord& a, const FailureRecord& b) {
                      return a.seq != b.seq ? a.seq < b.seq : a.modality < b.modality;
                    });
-  const auto committed = writer_.write(contents);
-
-  IndexEntry entry;
-  entry.file = committed.file;
-  entry.shard_index = contents.shard_index;
-  entry.first_seq = contents.first_seq;
-  entry.seq_count = contents.seq_count;
-  entry.num_samples = static_cast<int64_t>(contents.samples.size());
-  entry.num_failures = static_cast<int64_t>(contents.failures.size());
-  for (const auto& s : contents.samples) {
-    for (int m = 0; m < kNumModalities; ++m) entry.modality_counts[m] += s.embeddings[m] ? 1 : 0;
-  }
-  entry.bytes = committed.bytes;
-  entry.sha256 = committed.sha256;
-  index_.shards.push_back(entry);
-  std::sort(index_.shards.begin(), index_.shards.end(),
-            [](const IndexEntry& a, const IndexEntry& b) { return a.shard_index < b.shard_index; });
-  write_index(output_dir_, index_);
-
-  stats_->shards_written.fetch_add(1, std::memory_order_relaxed);
-  stats_->bytes_written.fetch_add(static_cast<int64_t>(committed.bytes),
-                                  std::memory_order_relaxed);
-  spdlog::debug("committed {} ({} samples, {} failures, {} bytes)", committed.file,
-                entry.num_samples, entry.num_failures, committed.bytes);
+  committer_->submit(std::move(contents));
 }
 
 size_t ShardAssembler::samples_held() const {

@@ -1,9 +1,8 @@
 #pragma once
 // The writer stage. It gathers each sample's parts (its outline from the batch router, then one
 // embedding or failure per expected modality, in any order), and once every sample of a shard's
-// range is complete, writes the shard and replaces the index (Note [Nothing is lost] in
-// shard_assembler.cpp). Not thread-safe: it runs in the graph's one serial writer node, the only
-// place that touches HDF5.
+// range is complete, hands the shard to the ShardCommitter (Note [Nothing is lost] in
+// shard_assembler.cpp). Not thread-safe: it runs in the graph's one serial writer node.
 
 #include <cstdint>
 #include <map>
@@ -11,8 +10,7 @@
 #include <vector>
 
 #include "pipeline/stages/stage_messages.hpp"
-#include "storage/output_index.hpp"
-#include "storage/shard_writer.hpp"
+#include "pipeline/stages/shard_committer.hpp"
 
 namespace precompute {
 
@@ -20,8 +18,9 @@ struct RunStats;
 
 class ShardAssembler {
  public:
-  // `index` is the run's index so far (its meta, totals and already committed shards).
-  ShardAssembler(std::filesystem::path output_dir, OutputIndex index, RunStats& stats);
+  // Complete shards of `total_samples` / `shard_size` go to `committer`.
+  ShardAssembler(ShardCommitter& committer, int64_t total_samples, int64_t shard_size,
+                 RunStats& stats);
 
   // Each returns the number of samples the message completed (the in-flight limit is lowered by
   // that much).
@@ -29,9 +28,8 @@ class ShardAssembler {
   int64_t add_outline(SampleOutline outline);
   int64_t add_batch(EncodedBatch batch);
 
-  // Samples received but not yet in a committed shard.
+  // Samples received but not yet handed to the committer.
   size_t samples_held() const;
-  const OutputIndex& index() const { return index_; }
 
  private:
   struct PendingSample {
@@ -50,12 +48,12 @@ class ShardAssembler {
   PendingSample& pending(int64_t seq);
   // Moves a sample into its shard once all its parts are in; returns 1 if it did.
   int64_t complete_if_ready(int64_t seq);
-  void write_shard(int64_t shard_index);
+  void submit_shard(int64_t shard_index);
 
-  ShardWriter writer_;
-  OutputIndex index_;
+  ShardCommitter* committer_;
+  int64_t total_samples_;
+  int64_t shard_size_;
   RunStats* stats_;
-  std::filesystem::path output_dir_;
   std::unordered_map<int64_t, PendingSample> pending_;
   std::map<int64_t, OpenShard> open_shards_;
 };

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "pipeline/core/error.hpp"
 #include "pipeline/run_stats.hpp"
 #include "storage/shard_reader.hpp"
 #include "test_media.hpp"
@@ -50,13 +51,15 @@ SampleEmbedding embedding(int64_t seq, float value) {
 TEST(ShardAssemblerTest, WritesAShardOnlyWhenEverySampleOfItsRangeIsComplete) {
   testing::TempDir dir;
   RunStats stats;
-  ShardAssembler a(dir.path(), make_index(5, 3), stats);
+  ShardCommitter committer(dir.path(), make_index(5, 3), stats);
+  ShardAssembler a(committer, 5, 3, stats);
 
   // Parts arrive out of order: text batch before the outlines, shard 1 before shard 0.
   EncodedBatch text{Modality::kText, {embedding(0, 1), embedding(1, 2), embedding(4, 5)}, {}};
   EXPECT_EQ(a.add(WriterMessage(text)), 0);
   EXPECT_EQ(a.add(WriterMessage(outline(3, false, false))), 1);  // nothing expected: complete
   EXPECT_EQ(a.add(WriterMessage(outline(4, false, true))), 1);
+  committer.finish();
   EXPECT_EQ(stats.shards_written.load(), 1);  // shard 1 = seqs 3, 4
   EXPECT_EQ(a.add(WriterMessage(outline(0, true, true))), 0);  // waits for its video
   EXPECT_EQ(a.add(WriterMessage(outline(1, false, true))), 1);
@@ -66,6 +69,7 @@ TEST(ShardAssemblerTest, WritesAShardOnlyWhenEverySampleOfItsRangeIsComplete) {
   EncodedBatch video{Modality::kVideo, {embedding(0, 9)}, {}};
   video.failures.push_back({2, "id2", Modality::kVideo, FailureCategory::kEncodeError, "boom"});
   EXPECT_EQ(a.add(WriterMessage(video)), 2);
+  committer.finish();
   EXPECT_EQ(stats.shards_written.load(), 2);
   EXPECT_EQ(a.samples_held(), 0u);
   EXPECT_EQ(stats.failed_samples.load(), 1);
@@ -82,12 +86,30 @@ TEST(ShardAssemblerTest, WritesAShardOnlyWhenEverySampleOfItsRangeIsComplete) {
   EXPECT_EQ(shard0.contents.failures[1].category, FailureCategory::kBadText);
 
   const auto index = read_index(dir.path());
+  EXPECT_EQ(committer.index().shards.size(), 2u);
   ASSERT_TRUE(index);
   ASSERT_EQ(index->shards.size(), 2u);
   EXPECT_EQ(index->shards[0].num_samples, 2);
   EXPECT_EQ(index->shards[0].num_failures, 2);
   EXPECT_EQ(index->shards[1].seq_count, 2);
   EXPECT_EQ(index->shards[1].modality_counts[modality_index(Modality::kText)], 1);
+}
+
+TEST(ShardCommitterTest, AFailedCommitIsReportedAndStopsLaterCommits) {
+  testing::TempDir dir;
+  RunStats stats;
+  const auto out = dir / "out";
+  std::filesystem::create_directory(out);
+  ShardCommitter committer(out, make_index(4, 2), stats);
+  std::filesystem::remove(out);  // the folder vanishes under the run: every write must fail
+  ShardContents shard;
+  shard.seq_count = 2;
+  committer.submit(shard);
+  EXPECT_THROW(committer.finish(), StorageError);
+  shard.shard_index = 1;
+  shard.first_seq = 2;
+  EXPECT_THROW(committer.submit(shard), StorageError);
+  EXPECT_EQ(stats.shards_written.load(), 0);
 }
 
 }  // namespace

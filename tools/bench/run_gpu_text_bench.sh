@@ -43,6 +43,16 @@ t0=$SECONDS
 bench_rc=${PIPESTATUS[0]}
 bench_s=$((SECONDS - t0))
 
+echo "==== tokenizer throughput, all cores (log: $OUT/tokenize.log) ===="
+if [ -x build-gpu/tools/cli/precompute ] && [ -f /tmp/text-bench/short.jsonl ]; then
+  "$python" -c "import json,sys; [print(json.loads(l)['text']) for l in open(sys.argv[1])]" \
+    /tmp/text-bench/short.jsonl > /tmp/text-bench/short.txt
+  # shellcheck disable=SC1091
+  (source build-gpu/precompute-env.sh 2>/dev/null
+   build-gpu/tools/cli/precompute tokenize --model /tmp/text-bench/bert-random \
+     --file /tmp/text-bench/short.txt --stats --threads "$(nproc)") 2>&1 | tee "$OUT/tokenize.log"
+fi
+
 echo
 echo "==== summary ===="
 echo "build: exit $build_rc in $build_s s; text_throughput.py: exit $bench_rc in $bench_s s;" \
