@@ -24,7 +24,12 @@ TorchEncoder::TorchEncoder(Modality modality, const EncoderSection& section,
   info_.model_sha256 = std::move(model_sha256);
   info_.per_step = section.pooling_mode() == Pooling::kNone;
 #ifdef PRECOMPUTE_WITH_CUDA
-  info_.concurrent_calls = device_.is_cuda() ? 2 : 1;
+  if (device_.is_cuda()) {
+    info_.concurrent_calls = 2;
+    for (int i = 0; i < info_.concurrent_calls; ++i) {
+      free_streams_.push_back(c10::cuda::getStreamFromPool(false, device_.index()).unwrap());
+    }
+  }
 #endif
 }
 
@@ -34,9 +39,25 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
   c10::InferenceMode inference_mode;
   c10::DeviceGuard device_guard(device_);
 #ifdef PRECOMPUTE_WITH_CUDA
-  // Each concurrent call on its own stream (Note in encoder.hpp, EncoderInfo::concurrent_calls).
+  // Each concurrent call on a stream of its own (EncoderInfo::concurrent_calls).
+  std::optional<c10::Stream> stream;
+  if (device_.is_cuda()) {
+    std::lock_guard lock(streams_mutex_);
+    PC_ASSERT(!free_streams_.empty(), "more concurrent encode() calls than streams");
+    stream = free_streams_.back();
+    free_streams_.pop_back();
+  }
+  struct ReturnStream {
+    TorchEncoder* self;
+    std::optional<c10::Stream>& stream;
+    ~ReturnStream() {
+      if (!stream) return;
+      std::lock_guard lock(self->streams_mutex_);
+      self->free_streams_.push_back(*stream);
+    }
+  } return_stream{this, stream};
   std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
-  if (device_.is_cuda()) stream_guard.emplace(c10::cuda::getStreamFromPool(false, device_.index()));
+  if (stream) stream_guard.emplace(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, *stream));
 #endif
   std::vector<SampleEmbedding> out;
   try {

@@ -10,6 +10,9 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <mutex>
 
 #include "encoders/encoder.hpp"
 
@@ -38,6 +41,12 @@ class TorchEncoder : public Encoder {
 
   c10::Device device_;
   EncoderInfo info_;
+
+ private:
+  // GPU: one CUDA stream per concurrent call, each call taking a free one. Fixed streams, so
+  // that the caching allocator reuses each stream's blocks rather than caching for many.
+  std::mutex streams_mutex_;
+  std::vector<c10::Stream> free_streams_;
 };
 
 }  // namespace precompute

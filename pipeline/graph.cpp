@@ -91,7 +91,9 @@ void run_graph(const std::vector<SampleSpec>& samples, const SamplePreparer& pre
     const size_t concurrency = settings.encode_concurrency[modality_index(m)];
     if (concurrency == 0) continue;
     encode_nodes.push_back(std::make_unique<Encode>(
-        g, concurrency, [&encoder](const ModalityBatch& b) { return WriterMessage(encoder(b)); }));
+        g, concurrency, [&encoder](const ModalityBatch& b) {
+          return WriterMessage(std::make_shared<EncodedBatch>(encoder(b)));
+        }));
     auto& node = *encode_nodes.back();
     switch (m) {
       case Modality::kVideo:

@@ -30,7 +30,8 @@ struct RunStats {
   // Time each serial or device-bound stage spent working, in nanoseconds (where a run waits).
   std::atomic<int64_t> route_ns{0};
   std::atomic<int64_t> assemble_ns{0};
-  std::atomic<int64_t> commit_ns{0};
+  std::atomic<int64_t> build_ns{0};   // shard images (HDF5)
+  std::atomic<int64_t> commit_ns{0};  // writing, fsyncing, hashing them; the index
   std::array<std::atomic<int64_t>, kNumModalities> encode_ns{};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };

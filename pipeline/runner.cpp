@@ -225,6 +225,7 @@ RunSummary run_precompute(const Config& config) {
   const auto busy = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns) / 1e9; };
   summary.busy_seconds = {{"route", busy(stats.route_ns)},
                           {"assemble", busy(stats.assemble_ns)},
+                          {"build shards", busy(stats.build_ns)},
                           {"commit", busy(stats.commit_ns)}};
   for (Modality m : kAllModalities) {
     if (pools[modality_index(m)]) {

@@ -431,14 +431,20 @@ ShardWriter::ShardWriter(std::filesystem::path output_dir, ShardMeta meta)
 }
 
 CommittedShard ShardWriter::write(const ShardContents& contents) {
-  CommittedShard committed;
-  committed.file = shard_file_name(contents.shard_index);
-  const path target = output_dir_ / committed.file;
-  validate_contents(meta_, contents, target);
+  return commit(contents.shard_index, build(contents));
+}
 
+std::string ShardWriter::build(const ShardContents& contents) const {
+  const path target = output_dir_ / shard_file_name(contents.shard_index);
+  validate_contents(meta_, contents, target);
   disable_hdf5_error_printing();
-  const std::string image = ShardImageBuilder(meta_, target).build(contents);
-  write_file_atomically(target, image);
+  return ShardImageBuilder(meta_, target).build(contents);
+}
+
+CommittedShard ShardWriter::commit(int64_t shard_index, const std::string& image) const {
+  CommittedShard committed;
+  committed.file = shard_file_name(shard_index);
+  write_file_atomically(output_dir_ / committed.file, image);
   committed.bytes = image.size();
   committed.sha256 = sha256_hex(image);
   return committed;

@@ -29,6 +29,12 @@ class ShardWriter {
   // the path on any failure; the output folder then holds no partial shard file.
   CommittedShard write(const ShardContents& contents);
 
+  // write() in two steps, for callers that run them on different threads: build() validates and
+  // makes the file image in memory (the only step that calls HDF5), commit() writes it
+  // atomically and hashes it (no HDF5).
+  std::string build(const ShardContents& contents) const;
+  CommittedShard commit(int64_t shard_index, const std::string& image) const;
+
   const ShardMeta& meta() const { return meta_; }
 
  private:

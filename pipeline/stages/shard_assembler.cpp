@@ -22,9 +22,9 @@ ShardAssembler::ShardAssembler(ShardCommitter& committer, int64_t total_samples,
       shard_size_(shard_size),
       stats_(&stats) {}
 
-int64_t ShardAssembler::add(WriterMessage message) {
-  if (auto* outline = std::get_if<SampleOutline>(&message)) return add_outline(std::move(*outline));
-  return add_batch(std::move(std::get<EncodedBatch>(message)));
+int64_t ShardAssembler::add(const WriterMessage& message) {
+  if (const auto* outline = std::get_if<SampleOutline>(&message)) return add_outline(*outline);
+  return add_batch(std::move(*std::get<std::shared_ptr<EncodedBatch>>(message)));
 }
 
 ShardAssembler::PendingSample& ShardAssembler::pending(int64_t seq) {

@@ -24,7 +24,8 @@ class ShardAssembler {
 
   // Each returns the number of samples the message completed (the in-flight limit is lowered by
   // that much).
-  int64_t add(WriterMessage message);
+  // An encoded batch's embeddings are moved out of it: the message must not be used again.
+  int64_t add(const WriterMessage& message);
   int64_t add_outline(SampleOutline outline);
   int64_t add_batch(EncodedBatch batch);
 

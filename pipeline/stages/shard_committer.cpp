@@ -15,7 +15,8 @@ ShardCommitter::ShardCommitter(std::filesystem::path output_dir, OutputIndex ind
       index_(std::move(index)),
       stats_(&stats),
       max_pending_(std::max<size_t>(1, max_pending)),
-      thread_([this] { loop(); }) {}
+      builder_([this] { build_loop(); }),
+      writer_thread_([this] { write_loop(); }) {}
 
 ShardCommitter::~ShardCommitter() {
   {
@@ -23,62 +24,114 @@ ShardCommitter::~ShardCommitter() {
     stopping_ = true;
   }
   changed_.notify_all();
-  thread_.join();
+  builder_.join();
+  writer_thread_.join();
 }
 
 void ShardCommitter::submit(ShardContents contents) {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return queue_.size() < max_pending_ || error_; });
+  changed_.wait(lock, [&] { return to_build_.size() < max_pending_ || error_; });
   if (error_) std::rethrow_exception(error_);
-  queue_.push_back(std::move(contents));
+  to_build_.push_back(std::move(contents));
   changed_.notify_all();
 }
 
 void ShardCommitter::finish() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return (queue_.empty() && !busy_) || error_; });
+  changed_.wait(lock, [&] {
+    return (to_build_.empty() && to_write_.empty() && working_ == 0) || error_;
+  });
   if (error_) std::rethrow_exception(error_);
 }
 
-void ShardCommitter::loop() {
+template <class Queue>
+bool ShardCommitter::wait_for_work(std::unique_lock<std::mutex>& lock, Queue& queue) {
+  // The builder stops once told to and idle; the writer also waits for the builder's last image.
+  changed_.wait(lock, [&] { return !queue.empty() || (stopping_ && working_ == 0); });
+  return !queue.empty();
+}
+
+void ShardCommitter::fail(std::exception_ptr error) {
+  if (!error_) error_ = std::move(error);
+  // Nothing after a failed shard may be recorded.
+  to_build_.clear();
+  to_write_.clear();
+}
+
+void ShardCommitter::build_loop() {
   std::unique_lock lock(mutex_);
-  while (true) {
-    changed_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-    if (queue_.empty()) return;  // stopping, nothing left
-    ShardContents contents = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
+  while (wait_for_work(lock, to_build_)) {
+    Image image;
+    image.contents = std::move(to_build_.front());
+    to_build_.pop_front();
+    ++working_;
+    changed_.notify_all();
     lock.unlock();
     std::exception_ptr error;
     try {
-      commit(contents);
+      const StageTimer timer(stats_->build_ns);
+      image.bytes = writer_.build(image.contents);
+      image.num_samples = static_cast<int64_t>(image.contents.samples.size());
+      for (const auto& sample : image.contents.samples) {
+        for (int m = 0; m < kNumModalities; ++m) {
+          image.modality_counts[m] += sample.embeddings[m] ? 1 : 0;
+        }
+      }
+      image.contents.samples.clear();
+      image.contents.samples.shrink_to_fit();
     } catch (...) {
       error = std::current_exception();
     }
     lock.lock();
-    busy_ = false;
-    if (error && !error_) error_ = error;
-    if (error_) queue_.clear();  // nothing after a failed commit may be recorded
+    // The writer may take at most max_pending images: wait for room.
+    changed_.wait(lock, [&] { return to_write_.size() < max_pending_ || error_ || error; });
+    if (error) {
+      fail(error);
+    } else if (!error_) {
+      to_write_.push_back(std::move(image));
+    }
+    --working_;
     changed_.notify_all();
   }
 }
 
-void ShardCommitter::commit(ShardContents& contents) {
+void ShardCommitter::write_loop() {
+  std::unique_lock lock(mutex_);
+  while (wait_for_work(lock, to_write_)) {
+    Image image = std::move(to_write_.front());
+    to_write_.pop_front();
+    ++working_;
+    changed_.notify_all();
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      write(image);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error) fail(error);
+    --working_;
+    changed_.notify_all();
+  }
+}
+
+void ShardCommitter::write(const Image& image) {
   const StageTimer timer(stats_->commit_ns);
-  const auto committed = writer_.write(contents);
+  const auto& contents = image.contents;
+  const auto committed = writer_.commit(contents.shard_index, image.bytes);
 
   IndexEntry entry;
   entry.file = committed.file;
   entry.shard_index = contents.shard_index;
   entry.first_seq = contents.first_seq;
   entry.seq_count = contents.seq_count;
-  entry.num_samples = static_cast<int64_t>(contents.samples.size());
+  entry.num_samples = image.num_samples;
   entry.num_failures = static_cast<int64_t>(contents.failures.size());
-  for (const auto& s : contents.samples) {
-    for (int m = 0; m < kNumModalities; ++m) entry.modality_counts[m] += s.embeddings[m] ? 1 : 0;
-  }
+  entry.modality_counts = image.modality_counts;
   entry.bytes = committed.bytes;
   entry.sha256 = committed.sha256;
+  // Only this thread touches the index while the run goes on.
   index_.shards.push_back(entry);
   std::sort(index_.shards.begin(), index_.shards.end(),
             [](const IndexEntry& a, const IndexEntry& b) { return a.shard_index < b.shard_index; });

@@ -1,16 +1,19 @@
 #pragma once
-// Commits assembled shards on a thread of its own, so that writing HDF5 images, hashing and
-// fsyncing them never stalls the graph's writer node: the assembler hands a shard over and goes
-// on gathering the next one. This thread is the only one that touches HDF5. At most
-// `max_pending` shards wait; submit() blocks beyond that, which bounds the memory they hold.
-// submit() and finish() are called from one thread (the assembler's).
+// Commits assembled shards off the graph's writer node, in two threads: one builds each shard's
+// HDF5 image in memory (the only thread that calls HDF5), the other writes, fsyncs and hashes
+// it and replaces index.json. The assembler hands a shard over and goes on gathering the next;
+// a shard's image is written while the next one is built. At most `max_pending` shards wait at
+// each step; submit() blocks beyond that, which bounds the memory they hold. submit() and
+// finish() are called from one thread (the assembler's).
 
+#include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "storage/output_index.hpp"
@@ -30,16 +33,29 @@ class ShardCommitter {
   ShardCommitter(const ShardCommitter&) = delete;
   ShardCommitter& operator=(const ShardCommitter&) = delete;
 
-  // Queues a complete shard. Rethrows the error of an earlier commit that failed.
+  // Queues a complete shard. Rethrows the error of an earlier shard that failed.
   void submit(ShardContents contents);
-  // Waits until every queued shard is committed; rethrows the first commit error.
+  // Waits until every queued shard is committed; rethrows the first error.
   void finish();
   // The index with every committed shard (complete after finish()).
   const OutputIndex& index() const { return index_; }
 
  private:
-  void loop();
-  void commit(ShardContents& contents);
+  // A shard's image between the two threads.
+  struct Image {
+    ShardContents contents;  // samples cleared once built; failures kept for the index
+    int64_t num_samples = 0;
+    std::array<int64_t, kNumModalities> modality_counts{};
+    std::string bytes;
+  };
+
+  void build_loop();
+  void write_loop();
+  void write(const Image& image);
+  // Waits on `ready` under the lock; false when stopping with nothing left.
+  template <class Queue>
+  bool wait_for_work(std::unique_lock<std::mutex>& lock, Queue& queue);
+  void fail(std::exception_ptr error);
 
   std::filesystem::path output_dir_;
   ShardWriter writer_;
@@ -49,11 +65,13 @@ class ShardCommitter {
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<ShardContents> queue_;
-  bool busy_ = false;
+  std::deque<ShardContents> to_build_;
+  std::deque<Image> to_write_;
+  int working_ = 0;  // shards being built or written right now
   bool stopping_ = false;
   std::exception_ptr error_;
-  std::thread thread_;
+  std::thread builder_;
+  std::thread writer_thread_;
 };
 
 }  // namespace precompute

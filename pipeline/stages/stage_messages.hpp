@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -36,6 +37,8 @@ struct EncodedBatch {
   std::vector<FailureRecord> failures;
 };
 
-using WriterMessage = std::variant<SampleOutline, EncodedBatch>;
+// What the writer receives. An encoded batch travels behind a pointer: oneTBB hands node bodies
+// a const reference, and the writer takes the embeddings over rather than copying megabytes.
+using WriterMessage = std::variant<SampleOutline, std::shared_ptr<EncodedBatch>>;
 
 }  // namespace precompute

@@ -56,7 +56,7 @@ TEST(ShardAssemblerTest, WritesAShardOnlyWhenEverySampleOfItsRangeIsComplete) {
 
   // Parts arrive out of order: text batch before the outlines, shard 1 before shard 0.
   EncodedBatch text{Modality::kText, {embedding(0, 1), embedding(1, 2), embedding(4, 5)}, {}};
-  EXPECT_EQ(a.add(WriterMessage(text)), 0);
+  EXPECT_EQ(a.add(WriterMessage(std::make_shared<EncodedBatch>(text))), 0);
   EXPECT_EQ(a.add(WriterMessage(outline(3, false, false))), 1);  // nothing expected: complete
   EXPECT_EQ(a.add(WriterMessage(outline(4, false, true))), 1);
   committer.finish();
@@ -68,7 +68,7 @@ TEST(ShardAssemblerTest, WritesAShardOnlyWhenEverySampleOfItsRangeIsComplete) {
   EXPECT_EQ(a.add(WriterMessage(failed)), 0);
   EncodedBatch video{Modality::kVideo, {embedding(0, 9)}, {}};
   video.failures.push_back({2, "id2", Modality::kVideo, FailureCategory::kEncodeError, "boom"});
-  EXPECT_EQ(a.add(WriterMessage(video)), 2);
+  EXPECT_EQ(a.add(WriterMessage(std::make_shared<EncodedBatch>(video))), 2);
   committer.finish();
   EXPECT_EQ(stats.shards_written.load(), 2);
   EXPECT_EQ(a.samples_held(), 0u);

@@ -390,8 +390,9 @@ def binary_env(binary: Path) -> dict:
     return env
 
 
-SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s \(([\d.]+)/s\): (\d+) with embeddings "
-                     r"\(video (\d+), audio (\d+), text (\d+)\), (\d+) with failures")
+SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s \(([\d.]+)/s(?:; ([\d.]+) s more to load "
+                     r"the encoders)?\): (\d+) with embeddings \(video (\d+), audio (\d+), "
+                     r"text (\d+)\), (\d+) with failures")
 
 
 def parse_summary(log_text: str) -> dict:
@@ -403,8 +404,10 @@ def parse_summary(log_text: str) -> dict:
     m = SUMMARY.search(line)
     if m:
         res.update({"samples": int(m.group(1)), "seconds": float(m.group(2)),
-                    "per_s": float(m.group(3)), "with_embeddings": int(m.group(4)),
-                    "text": int(m.group(7)), "failed": int(m.group(8))})
+                    "per_s": float(m.group(3)), "with_embeddings": int(m.group(5)),
+                    "text": int(m.group(8)), "failed": int(m.group(9))})
+        if m.group(4):
+            res["load_seconds"] = float(m.group(4))
     m = re.search(r"peak RSS ([\d.]+) MB", line)
     if m:
         res["peak_rss_mb"] = float(m.group(1))
