@@ -6,7 +6,12 @@
 // Pure functions, thread-safe.
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace precompute {
 
@@ -42,6 +47,37 @@ inline uint16_t float_to_half(float value) {
   // Rounding the largest subnormal up gives 0x400, the smallest normal, as it should.
   if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
   return static_cast<uint16_t>(sign | half);
+}
+
+namespace detail {
+#if defined(__x86_64__)
+// The processor's F16C conversion rounds the same way (to nearest, ties to even) and gives the
+// same infinities, NaNs and subnormals as float_to_half, eight values per instruction.
+__attribute__((target("avx,f16c"))) inline void floats_to_halves_f16c(const float* in,
+                                                                      uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = float_to_half(in[i]);
+}
+#endif
+}  // namespace detail
+
+// float_to_half over an array, with F16C where the processor has it.
+inline void floats_to_halves(const float* in, uint16_t* out, size_t n) {
+#if defined(__x86_64__)
+  static const bool f16c = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  if (f16c) {
+    detail::floats_to_halves_f16c(in, out, n);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < n; ++i) out[i] = float_to_half(in[i]);
 }
 
 inline float half_to_float(uint16_t half) {

@@ -219,10 +219,19 @@ std::string ShardImageBuilder::build(const ShardContents& contents) {
   // Note [Shard in memory]: the core driver without a backing store keeps the whole file in
   // memory, so HDF5 never writes to the output folder; the image is committed by
   // write_file_atomically() instead (RELIABILITY.md, "HDF5 is not crash-safe by itself").
-  constexpr size_t kCoreIncrement = size_t{4} << 20;  // memory grows in 4 MiB steps
+  // The core driver grows its buffer in steps of this size: one step of about the whole image
+  // avoids reallocating and copying it as it grows.
+  const size_t element_bytes = meta_.dtype == StorageDtype::kFloat16 ? 2 : 4;
+  size_t expected_bytes = size_t{1} << 20;
+  for (const ShardSample& sample : contents.samples) {
+    expected_bytes += sample.id.size() + 64;
+    for (const auto& e : sample.embeddings) {
+      if (e) expected_bytes += e->values.size() * element_bytes + e->timestamps.size() * 8;
+    }
+  }
   H5Handle access = h5_own(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(file access)", target_);
-  h5_check(H5Pset_fapl_core(access.get(), kCoreIncrement, /*backing_store=*/0), "H5Pset_fapl_core",
-           target_);
+  h5_check(H5Pset_fapl_core(access.get(), expected_bytes, /*backing_store=*/0),
+           "H5Pset_fapl_core", target_);
   H5Handle creation = object_creation_properties(H5P_FILE_CREATE, "file");
 
   // HDF5 first tries to open the name as an existing file, even with the core driver. A path
@@ -381,7 +390,7 @@ void ShardImageBuilder::write_embedding_rows(const Group& group, const char* nam
   }
   // Converted here, and written with the file's own type, so HDF5 converts nothing.
   std::vector<uint16_t> halves(values.size());
-  std::transform(values.begin(), values.end(), halves.begin(), float_to_half);
+  floats_to_halves(values.data(), halves.data(), values.size());
   write_dataset(group, name, shape, float16_type_.get(), float16_type_.get(), halves.data());
 }
 

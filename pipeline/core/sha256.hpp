@@ -1,6 +1,7 @@
 #pragma once
-// SHA-256 (FIPS 180-4), for the identity of model files and shards. Not thread-safe per
-// instance; use one Sha256 per thread.
+// SHA-256 (FIPS 180-4), for the identity of model files and shards: with the x86 SHA
+// extensions where the processor has them (about 10x the portable code, which hashes about
+// 170 MB/s), else portable. Not thread-safe per instance; use one Sha256 per thread.
 
 #include <array>
 #include <cstddef>
@@ -13,15 +14,17 @@ namespace precompute {
 
 class Sha256 {
  public:
-  Sha256();
+  // `use_cpu_extensions` false: the portable code whatever the processor (tests compare both).
+  explicit Sha256(bool use_cpu_extensions = true);
   void update(const void* data, size_t size);
   void update(std::string_view text) { update(text.data(), text.size()); }
   // The digest as 64 lowercase hex digits; the object must not be updated afterwards.
   std::string hex_digest();
 
  private:
-  void compress(const uint8_t* block);
 
+  using CompressFn = void (*)(std::array<uint32_t, 8>&, const uint8_t*, size_t);
+  CompressFn compress_;
   std::array<uint32_t, 8> state_;
   std::array<uint8_t, 64> buffer_{};
   size_t buffered_ = 0;
@@ -31,5 +34,6 @@ class Sha256 {
 std::string sha256_hex(std::string_view data);
 // Hashes a whole file; throws StorageError naming the file when it cannot be read.
 std::string sha256_file(const std::filesystem::path& file);
+
 
 }  // namespace precompute

@@ -126,6 +126,24 @@ TEST(Float16Test, MatchesTheCompilersConversionOnRandomFloats) {
 }
 #endif
 
+TEST(Float16Test, BulkConversionEqualsTheScalarOneBitForBit) {
+  // Random bit patterns (NaNs, infinities, subnormals included) plus every half's value, in an
+  // array whose length is not a multiple of the vector width.
+  std::mt19937 random(20261130);
+  std::vector<float> values;
+  for (int i = 0; i < 200001; ++i)
+    values.push_back(std::bit_cast<float>(static_cast<uint32_t>(random())));
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits)
+    values.push_back(half_to_float(static_cast<uint16_t>(bits)));
+  values.push_back(65519.99f);
+  values.push_back(65520.0f);
+  std::vector<uint16_t> bulk(values.size());
+  floats_to_halves(values.data(), bulk.data(), values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(bulk[i], float_to_half(values[i])) << std::hexfloat << values[i];
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Shards
 
@@ -282,7 +300,6 @@ ShardMeta pooled_meta(StorageDtype dtype) {
 
 class ShardWriterTest : public ::testing::Test {
  protected:
-
   // Writes, checks what write() reports against the file, and reads the shard back.
   ShardFile round_trip(const ShardMeta& meta, const ShardContents& contents) {
     const CommittedShard committed = ShardWriter(dir_, meta).write(contents);
