@@ -10,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include "encoders/bert/json_file.hpp"
 #include "pipeline/core/error.hpp"
 
 namespace precompute {
@@ -129,22 +130,6 @@ std::string quoted(const path& file) {
   return out.str();
 }
 
-bool is_file(const path& file) {
-  std::error_code ignored;
-  return std::filesystem::is_regular_file(file, ignored);
-}
-
-std::optional<Json> read_json_if_present(const path& file) {
-  if (!is_file(file)) return std::nullopt;
-  std::ifstream in(file, std::ios::binary);
-  PC_CHECK(in.is_open(), ModelError, "cannot read ", file);
-  try {
-    return Json::parse(in);
-  } catch (const Json::parse_error& e) {
-    PC_THROW(ModelError, file, " is not valid JSON: ", e.what());
-  }
-}
-
 // The end of every message about a model that is not plain BERT.
 constexpr const char* kOnlyBert =
     " is not supported; precompute's native encoder runs BERT-family models (BERT, MiniLM, "
@@ -161,7 +146,7 @@ struct Modules {
 Modules read_modules(const path& root) {
   Modules modules{root, std::nullopt, false};
   const path file = root / "modules.json";
-  const std::optional<Json> list = read_json_if_present(file);
+  const std::optional<Json> list = read_json_file_if_present(file);
   if (!list) return modules;
   PC_CHECK(list->is_array(), ModelError, file, " must be a list of modules, not ",
            list->type_name());
@@ -198,7 +183,7 @@ Modules read_modules(const path& root) {
 
 BertConfig read_bert_config(const path& dir) {
   const path file = dir / "config.json";
-  const std::optional<Json> json = read_json_if_present(file);
+  const std::optional<Json> json = read_json_file_if_present(file);
   PC_CHECK(json.has_value(), ModelError, dir,
            " has no config.json; a model folder must hold config.json, vocab.txt or "
            "tokenizer.json, and model.safetensors (or model.safetensors.index.json and its "
@@ -325,7 +310,7 @@ void check_vocab(const std::vector<std::string>& vocab, const std::string& sourc
 // "pooling_mode" (a name or a list), older versions one pooling_mode_* flag per mode.
 Pooling read_pooling(const path& pooling_dir, const BertConfig& config) {
   const path file = pooling_dir / "config.json";
-  const std::optional<Json> json = read_json_if_present(file);
+  const std::optional<Json> json = read_json_file_if_present(file);
   PC_CHECK(json.has_value(), ModelError, "modules.json lists a Pooling module in ", pooling_dir,
            ", which has no config.json");
   const JsonFields fields(*json, quoted(file));
@@ -454,11 +439,11 @@ ModelFolder read_model_folder(const path& root) {
   folder.dir = modules.transformer_dir;
   folder.config = read_bert_config(folder.dir);
 
-  const TokenizerFiles files{read_json_if_present(folder.dir / "tokenizer.json"),
-                             read_json_if_present(folder.dir / "tokenizer_config.json"),
-                             read_json_if_present(folder.dir / "sentence_bert_config.json")};
+  const TokenizerFiles files{read_json_file_if_present(folder.dir / "tokenizer.json"),
+                             read_json_file_if_present(folder.dir / "tokenizer_config.json"),
+                             read_json_file_if_present(folder.dir / "sentence_bert_config.json")};
   const path vocab_txt = folder.dir / "vocab.txt";
-  if (is_file(vocab_txt)) {
+  if (is_regular_file_quietly(vocab_txt)) {
     folder.vocab = read_vocab_txt(vocab_txt);
     check_vocab(folder.vocab, quoted(vocab_txt), folder.config);
   } else {

@@ -16,6 +16,7 @@
 #include <system_error>
 #include <utility>
 
+#include "encoders/bert/json_file.hpp"
 #include "pipeline/core/error.hpp"
 
 namespace precompute {
@@ -244,21 +245,6 @@ void check_buffer_is_tiled(const path& file, const std::vector<SafetensorsTensor
            "data buffer to hold exactly the tensors");
 }
 
-Json read_json_file(const path& file) {
-  std::ifstream in(file, std::ios::binary);
-  PC_CHECK(in.is_open(), ModelError, "cannot read ", file);
-  try {
-    return Json::parse(in);
-  } catch (const Json::parse_error& e) {
-    PC_THROW(ModelError, file, " is not valid JSON: ", e.what());
-  }
-}
-
-bool is_file(const path& file) {
-  std::error_code ignored;
-  return std::filesystem::is_regular_file(file, ignored);
-}
-
 }  // namespace
 
 std::string_view safetensors_dtype_name(SafetensorsDtype dtype) { return dtype_info(dtype).name; }
@@ -363,15 +349,15 @@ SafetensorsWeights::SafetensorsWeights(const path& dir) : dir_(dir) {
   const path single = dir / "model.safetensors";
   const path index_file = dir / "model.safetensors.index.json";
   // The order transformers' from_pretrained looks for them in.
-  if (is_file(single)) {
+  if (is_regular_file_quietly(single)) {
     files_.emplace_back(single);
     for (const SafetensorsTensor& tensor : files_.front().tensors())
       file_of_.emplace(tensor.name, 0);
     return;
   }
-  if (!is_file(index_file)) {
-    const bool pickled =
-        is_file(dir / "pytorch_model.bin") || is_file(dir / "pytorch_model.bin.index.json");
+  if (!is_regular_file_quietly(index_file)) {
+    const bool pickled = is_regular_file_quietly(dir / "pytorch_model.bin") ||
+                         is_regular_file_quietly(dir / "pytorch_model.bin.index.json");
     PC_CHECK(!pickled, ModelError, dir,
              " holds its weights only as pytorch_model.bin (a Python pickle, which can run code "
              "when loaded); precompute reads safetensors only. Convert the folder once with "
@@ -392,8 +378,9 @@ SafetensorsWeights::SafetensorsWeights(const path& dir) : dir_(dir) {
     const auto& shard_name = shard.get_ref<const std::string&>();
     const auto [it, first_use] = opened.try_emplace(shard_name, files_.size());
     if (first_use) {
-      PC_CHECK(is_file(dir / shard_name), ModelError, index_file, " puts tensor '", name, "' in ",
-               shard_name, ", which is not in ", dir, ": the download is incomplete");
+      PC_CHECK(is_regular_file_quietly(dir / shard_name), ModelError, index_file, " puts tensor '",
+               name, "' in ", shard_name, ", which is not in ", dir,
+               ": the download is incomplete");
       files_.emplace_back(dir / shard_name);
     }
     PC_CHECK(files_[it->second].find(name) != nullptr, ModelError, files_[it->second].path(),

@@ -1,6 +1,7 @@
 """The real all-MiniLM-L6-v2 through precompute: the exported TorchScript BERT matches
 transformers, the CLI's pooled and normalised embeddings match sentence-transformers, and the
-demo's paraphrase pairs score above unrelated pairs."""
+demo's paraphrase pairs score above unrelated pairs, through the TorchScript text path and the
+native BERT encoder."""
 
 import itertools
 
@@ -70,8 +71,9 @@ def test_cli_embeddings_match_sentence_transformers(binary, minilm_torchscript, 
     assert out.samples["s5"]["text"]["truncated"] and out.samples["s5"]["text"]["steps"] == 256
 
 
+@pytest.mark.parametrize("encoder_type", ["bert", "torchscript"])
 def test_paraphrases_score_above_unrelated_captions(binary, minilm_torchscript, minilm_folder,
-                                                    tmp_path):
+                                                    tmp_path, encoder_type):
     import make_demo_dataset
     captions = [c for _, a, b in make_demo_dataset.SCENES for c in (a, b)]
     manifest = write_manifest(tmp_path / "m.jsonl",
@@ -79,9 +81,12 @@ def test_paraphrases_score_above_unrelated_captions(binary, minilm_torchscript, 
     config = {
         "input": {"manifest": str(manifest)},
         "output": {"path": str(tmp_path / "out")},
-        "text": {"encoder": {"path": str(minilm_torchscript)},
-                 "tokenizer": {"vocab": str(minilm_folder / "vocab.txt")},
-                 "pooling": "mean", "normalize": True},
+        # The native encoder takes tokenizer, pooling and normalisation from the folder.
+        "text": ({"encoder": {"type": "bert", "path": str(minilm_folder)}}
+                 if encoder_type == "bert" else
+                 {"encoder": {"path": str(minilm_torchscript)},
+                  "tokenizer": {"vocab": str(minilm_folder / "vocab.txt")},
+                  "pooling": "mean", "normalize": True}),
     }
     run_precompute(binary, tmp_path, config)
     out = read_output(tmp_path / "out")

@@ -57,7 +57,7 @@ def main() -> int:
                      stderr=subprocess.PIPE)
         summary = [line for line in result.stderr.splitlines() if "done:" in line][-1]
         peaks[n] = float(re.search(r"peak RSS (\d+) MB", summary).group(1))
-        rate = re.search(r"\(([\d.]+)/s\)", summary).group(1)
+        rate = re.search(r"\(([\d.]+)/s[;)]", summary).group(1)
         print(f"{n:>6} samples: peak RSS {peaks[n]:.0f} MB, {rate} samples/s")
     small, large = peaks[min(peaks)], peaks[max(peaks)]
     ratio = large / small
