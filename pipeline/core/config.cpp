@@ -205,7 +205,7 @@ void read_encoder_section(const Node& n, const std::filesystem::path& base, Enco
 void read_video(const Node& n, const std::filesystem::path& base, VideoSection& v) {
   check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize", "sampling",
                  "size", "resize", "mean", "std", "layout", "max_batch_frames", "max_duration_s",
-                 "max_frames", "decoder_threads"});
+                 "max_frames", "decoder_threads", "max_pixels", "max_decoded_frames"});
   read_encoder_section(n, base, v);
   if (n.has("sampling")) {
     const Node s = n.child("sampling");
@@ -245,6 +245,10 @@ void read_video(const Node& n, const std::filesystem::path& base, VideoSection& 
   if (n.has("max_duration_s")) v.max_duration_s = read_double(n.child("max_duration_s"));
   if (n.has("max_frames")) v.max_frames = read_int(n.child("max_frames"));
   if (n.has("decoder_threads")) v.decoder_threads = read_int(n.child("decoder_threads"));
+  if (n.has("max_pixels")) v.max_pixels = read_int64(n.child("max_pixels"));
+  if (n.has("max_decoded_frames")) {
+    v.max_decoded_frames = read_int64(n.child("max_decoded_frames"));
+  }
 }
 
 void read_audio(const Node& n, const std::filesystem::path& base, AudioSection& a) {
@@ -260,10 +264,11 @@ void read_audio(const Node& n, const std::filesystem::path& base, AudioSection& 
 
 void read_text(const Node& n, const std::filesystem::path& base, TextSection& t) {
   check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize", "tokenizer",
-                 "max_batch_tokens", "output_layer"});
+                 "max_batch_tokens", "output_layer", "max_text_bytes"});
   read_encoder_section(n, base, t);
   if (n.has("max_batch_tokens")) t.max_batch_tokens = read_int64(n.child("max_batch_tokens"));
   if (n.has("output_layer")) t.output_layer = read_int(n.child("output_layer"));
+  if (n.has("max_text_bytes")) t.max_text_bytes = read_int64(n.child("max_text_bytes"));
   if (!n.has("tokenizer")) return;
   const Node k = n.child("tokenizer");
   check_keys(k, {"vocab", "lower_case", "strip_accents", "tokenize_chinese_chars", "max_length"});
@@ -306,17 +311,19 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
   }
   if (top.has("output")) {
     const Node n = top.child("output");
-    check_keys(n, {"path", "shard_size", "dtype", "chunk_rows", "overwrite"});
+    check_keys(n, {"path", "shard_size", "dtype", "chunk_rows", "overwrite", "retry_failed"});
     if (n.has("path")) c.output.path = read_path(n.child("path"), base);
     if (n.has("shard_size")) c.output.shard_size = read_int64(n.child("shard_size"));
     if (n.has("dtype")) c.output.dtype = read_enum(n.child("dtype"), kStorageDtypes);
     if (n.has("chunk_rows")) c.output.chunk_rows = read_int(n.child("chunk_rows"));
     if (n.has("overwrite")) c.output.overwrite = read_bool(n.child("overwrite"));
+    if (n.has("retry_failed")) c.output.retry_failed = read_bool(n.child("retry_failed"));
   }
   if (top.has("run")) {
     const Node n = top.child("run");
     check_keys(n, {"device", "decode_threads", "torch_threads", "max_in_flight", "max_failures",
-                   "progress_interval_s", "log_level"});
+                   "progress_interval_s", "log_level", "sample_timeout_s", "max_file_bytes",
+                   "supervise", "max_restarts"});
     if (n.has("device")) c.run.devices = read_devices(n.child("device"));
     if (n.has("decode_threads")) c.run.decode_threads = read_int(n.child("decode_threads"));
     if (n.has("torch_threads")) c.run.torch_threads = read_int(n.child("torch_threads"));
@@ -326,6 +333,12 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
       c.run.progress_interval_s = read_double(n.child("progress_interval_s"));
     }
     if (n.has("log_level")) c.run.log_level = read_string(n.child("log_level"));
+    if (n.has("sample_timeout_s")) {
+      c.run.sample_timeout_s = read_double(n.child("sample_timeout_s"));
+    }
+    if (n.has("max_file_bytes")) c.run.max_file_bytes = read_int64(n.child("max_file_bytes"));
+    if (n.has("supervise")) c.run.supervise = read_bool(n.child("supervise"));
+    if (n.has("max_restarts")) c.run.max_restarts = read_int(n.child("max_restarts"));
   }
   if (top.has("video")) read_video(top.child("video"), base, c.video);
   if (top.has("audio")) read_audio(top.child("audio"), base, c.audio);
@@ -393,6 +406,8 @@ void apply_overrides(Config& c, const ConfigOverrides& o) {
   if (o.torch_threads) c.run.torch_threads = *o.torch_threads;
   if (o.log_level) c.run.log_level = *o.log_level;
   if (o.overwrite) c.output.overwrite = true;
+  if (o.retry_failed) c.output.retry_failed = true;
+  if (o.no_supervisor) c.run.supervise = false;
 }
 
 namespace {
@@ -463,6 +478,11 @@ void validate(const Config& c) {
                         "run.max_in_flight must be 0 (automatic) or positive");
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn",
                                                 "warning", "error", "critical", "off"};
+  PC_CHECK(c.run.sample_timeout_s > 0 && c.run.max_file_bytes > 0 && c.run.max_restarts >= 0,
+           ConfigError, "config keys run.sample_timeout_s and run.max_file_bytes must be "
+                        "positive, run.max_restarts 0 or more");
+  PC_CHECK(!(c.output.overwrite && c.output.retry_failed), ConfigError,
+           "--overwrite starts over and --retry-failed resumes: give one of them");
   PC_CHECK(kLevels.count(c.run.log_level) == 1, ConfigError, "log level '", c.run.log_level,
            "' is unknown; use trace, debug, info, warn, error or off");
 
@@ -484,8 +504,10 @@ void validate(const Config& c) {
     PC_CHECK(v.layout == VideoLayout::kFrames || v.num_frames > 0, ConfigError,
              "config key 'video.layout: clips' needs 'sampling: {num_frames: N}' so that every "
              "clip in a batch has the same number of frames");
-    PC_CHECK(v.max_duration_s > 0 && v.max_frames >= 1 && v.decoder_threads >= 0, ConfigError,
-             "config keys video.max_duration_s and video.max_frames must be positive");
+    PC_CHECK(v.max_duration_s > 0 && v.max_frames >= 1 && v.decoder_threads >= 0 &&
+                 v.max_pixels > 0 && v.max_decoded_frames > 0,
+             ConfigError, "config keys video.max_duration_s, video.max_frames, "
+                          "video.max_pixels and video.max_decoded_frames must be positive");
   }
   if (c.audio.enabled) {
     const auto& a = c.audio;
@@ -521,6 +543,8 @@ void validate(const Config& c) {
     PC_CHECK(!t.max_length || (*t.max_length >= 2 && *t.max_length <= 65536), ConfigError,
              "config key 'text.tokenizer.max_length' must be between 2 and 65536, got ",
              t.max_length.value_or(0));
+    PC_CHECK(t.max_text_bytes > 0, ConfigError, "config key 'text.max_text_bytes' must be "
+                                                "positive");
     PC_CHECK(t.encoder.type == "bert" || t.output_layer == -1, ConfigError,
              "config key 'text.output_layer' needs 'encoder.type: bert' (a TorchScript model "
              "returns what it returns)");
@@ -549,9 +573,11 @@ nlohmann::json encoder_json(const EncoderSection& s, bool semantic) {
 
 nlohmann::json config_json(const Config& c, bool semantic) {
   nlohmann::json j;
-  j["output"] = {{"dtype", storage_dtype_name(c.output.dtype)},
-                 {"shard_size", c.output.shard_size}};
+  j["output"] = {{"dtype", storage_dtype_name(c.output.dtype)}};
+  // Shard size and the limits change where samples are stored and which are attempted, not how
+  // an embedding is computed: a resume may change them (Note [Limits are not semantic]).
   if (!semantic) {
+    j["output"]["shard_size"] = c.output.shard_size;
     j["input"] = {{"manifest", c.input.manifest.string()}, {"folder", c.input.folder.string()}};
     j["output"]["path"] = c.output.path.string();
     j["output"]["chunk_rows"] = c.output.chunk_rows;
@@ -560,7 +586,9 @@ nlohmann::json config_json(const Config& c, bool semantic) {
                 {"torch_threads", c.run.torch_threads},
                 {"max_in_flight", c.run.max_in_flight},
                 {"max_failures", c.run.max_failures},
-                {"max_failure_fraction", c.run.max_failure_fraction}};
+                {"max_failure_fraction", c.run.max_failure_fraction},
+                {"sample_timeout_s", c.run.sample_timeout_s},
+                {"max_file_bytes", c.run.max_file_bytes}};
   }
   if (c.video.enabled) {
     const auto& v = c.video;
@@ -572,9 +600,13 @@ nlohmann::json config_json(const Config& c, bool semantic) {
     e["mean"] = v.mean;
     e["std"] = v.std;
     e["layout"] = video_layout_name(v.layout);
-    e["max_duration_s"] = v.max_duration_s;
-    e["max_frames"] = v.max_frames;
-    if (!semantic) e["max_batch_frames"] = v.max_batch_frames;
+    if (!semantic) {
+      e["max_batch_frames"] = v.max_batch_frames;
+      e["max_duration_s"] = v.max_duration_s;
+      e["max_frames"] = v.max_frames;
+      e["max_pixels"] = v.max_pixels;
+      e["max_decoded_frames"] = v.max_decoded_frames;
+    }
     j["video"] = e;
   }
   if (c.audio.enabled) {
@@ -583,8 +615,10 @@ nlohmann::json config_json(const Config& c, bool semantic) {
     e["sample_rate"] = a.sample_rate;
     e["window_s"] = a.window_s;
     e["hop_s"] = a.hop_s;
-    e["max_duration_s"] = a.max_duration_s;
-    if (!semantic) e["max_batch_seconds"] = a.max_batch_seconds;
+    if (!semantic) {
+      e["max_batch_seconds"] = a.max_batch_seconds;
+      e["max_duration_s"] = a.max_duration_s;
+    }
     j["audio"] = e;
   }
   if (c.text.enabled) {
@@ -599,6 +633,7 @@ nlohmann::json config_json(const Config& c, bool semantic) {
     if (!semantic) {
       e["vocab"] = t.vocab.string();
       e["max_batch_tokens"] = t.max_batch_tokens;
+      e["max_text_bytes"] = t.max_text_bytes;
     }
     j["text"] = e;
   }

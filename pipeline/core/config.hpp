@@ -80,6 +80,8 @@ struct VideoSection : EncoderSection {
   double max_duration_s = 4 * 3600.0;  // longer clips fail with category too_long
   int max_frames = 4096;           // frames per sample, at most (fps sampling of long clips)
   int decoder_threads = 1;         // FFmpeg threads per decoder (parallelism is across samples)
+  int64_t max_pixels = 8192LL * 8192;  // coded width x height above this: category too_large
+  int64_t max_decoded_frames = 1000000;  // frames through the decoder per sample: too_long
 };
 
 struct AudioSection : EncoderSection {
@@ -102,6 +104,7 @@ struct TextSection : EncoderSection {
   int64_t max_batch_tokens = 0;    // tokens per batch, at most (0: batch_size alone); padded
                                    // tokens for torchscript, real tokens for bert
   int output_layer = -1;           // bert: hidden states after this layer (-1: last, 0: embeddings)
+  int64_t max_text_bytes = 1 << 20;  // longer captions fail with category too_large
 };
 
 struct InputSection {
@@ -114,7 +117,8 @@ struct OutputSection {
   int64_t shard_size = 1024;       // manifest samples per shard
   StorageDtype dtype = StorageDtype::kFloat16;
   int chunk_rows = 256;            // HDF5 chunk height for embedding datasets
-  bool overwrite = false;          // replace an existing run's output in `path`
+  bool overwrite = false;          // start over: remove an earlier run's files in `path`
+  bool retry_failed = false;       // resume, and also redo the samples that failed before
 };
 
 struct RunSection {
@@ -126,6 +130,13 @@ struct RunSection {
   double max_failure_fraction = -1.0;  // same as a fraction of all samples; -1: no limit
   double progress_interval_s = 2.0;    // seconds between progress lines; 0: none
   std::string log_level = "info";
+  // Note [Limits are not semantic]: the limits below (and the modalities' max_* caps) decide
+  // whether a sample is attempted, never how an embedding is computed, so they may change
+  // between a run and its resume.
+  double sample_timeout_s = 600.0;  // a sample's decode time limit (category timeout)
+  int64_t max_file_bytes = 64LL << 30;  // larger media files fail with category too_large
+  bool supervise = true;           // run the job in a child process restarted after a crash
+  int max_restarts = 5;            // restarts after crashes before the run gives up
 };
 
 struct Config {
@@ -155,6 +166,8 @@ struct ConfigOverrides {
   std::optional<int> torch_threads;
   std::optional<std::string> log_level;
   bool overwrite = false;
+  bool retry_failed = false;
+  bool no_supervisor = false;
 };
 
 // Reads a YAML config file. Relative paths in it resolve against its folder. Throws ConfigError
