@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/stop_request.hpp"
 #include "pipeline/run_stats.hpp"
 
 namespace precompute {
@@ -27,7 +28,7 @@ namespace precompute {
 // - One serial writer touches HDF5.
 // An exception from any body cancels the graph and wait_for_all() rethrows it.
 
-void run_graph(const std::vector<SampleSpec>& samples, const SamplePreparer& preparer,
+void run_graph(const std::vector<SampleSpec>& samples, const PrepareFn& prepare_sample,
                BatchRouter& router, const EncodeStage& encoder, ShardAssembler& assembler,
                RunStats& stats, const GraphSettings& settings) {
   namespace flow = tbb::flow;
@@ -37,22 +38,27 @@ void run_graph(const std::vector<SampleSpec>& samples, const SamplePreparer& pre
 
   size_t next = 0;
   flow::input_node<SampleSpec> source(g, [&](tbb::flow_control& control) -> SampleSpec {
-    if (next == samples.size()) {
+    // A stop (SIGINT/SIGTERM) takes no more samples; those in flight still reach the writer
+    // (Note [Stopping on a signal]).
+    if (next == samples.size() || stop_requested()) {
       control.stop();
       return {};
     }
     stats.submitted.fetch_add(1, std::memory_order_relaxed);
-    return samples[next++];
+    SampleSpec spec = samples[next];
+    spec.order = static_cast<int64_t>(next++);
+    return spec;
   });
 
   // Decremented by the number of samples the writer completes.
   flow::limiter_node<SampleSpec, int64_t> limiter(g, settings.max_in_flight);
 
   flow::function_node<SampleSpec, PreparedSamplePtr> prepare(
-      g, static_cast<size_t>(settings.decode_concurrency), preparer);
+      g, static_cast<size_t>(settings.decode_concurrency),
+      [&prepare_sample](const SampleSpec& spec) { return prepare_sample(spec); });
 
   flow::sequencer_node<PreparedSamplePtr> in_order(
-      g, [](const PreparedSamplePtr& s) { return static_cast<size_t>(s->seq); });
+      g, [](const PreparedSamplePtr& s) { return static_cast<size_t>(s->order); });
 
   using RouterPorts = std::tuple<ModalityBatch, ModalityBatch, ModalityBatch, WriterMessage>;
   using Router = flow::multifunction_node<PreparedSamplePtr, RouterPorts>;

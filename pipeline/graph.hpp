@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "pipeline/core/sample.hpp"
@@ -22,10 +23,14 @@ struct GraphSettings {
   std::array<size_t, kNumModalities> encode_concurrency{};  // encoders per modality (0: none)
 };
 
-// Runs every sample of `samples` (in seq order, seq == position) through the stages and returns
-// when the last shard is written. Rethrows the first exception a stage let escape, after
-// cancelling the rest of the graph.
-void run_graph(const std::vector<SampleSpec>& samples, const SamplePreparer& preparer,
+// Runs the samples of `samples` (ascending seq; a resumed run passes only those not yet
+// committed) through the stages and returns when the last shard is written, or, after a stop
+// request, when the samples taken so far have reached the writer. Rethrows the first exception
+// a stage let escape, after cancelling the rest of the graph.
+// Decodes and tokenises one sample (thread-safe): SamplePreparer, in crash containment.
+using PrepareFn = std::function<PreparedSamplePtr(const SampleSpec&)>;
+
+void run_graph(const std::vector<SampleSpec>& samples, const PrepareFn& prepare,
                BatchRouter& router, const EncodeStage& encoder, ShardAssembler& assembler,
                RunStats& stats, const GraphSettings& settings);
 

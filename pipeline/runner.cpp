@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <csignal>
 #include <set>
 #include <thread>
 
@@ -17,17 +18,21 @@
 #include "pipeline/core/sha256.hpp"
 #include "pipeline/graph.hpp"
 #include "pipeline/input/manifest.hpp"
+#include "pipeline/core/stop_request.hpp"
+#include "pipeline/crash_containment.hpp"
 #include "pipeline/progress_reporter.hpp"
+#include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
 #include "storage/output_folder.hpp"
+#include "storage/output_index.hpp"
 
 namespace precompute {
 
 bool RunSummary::over_failure_limit(const RunSection& run) const {
   if (run.max_failures >= 0 && failed_samples > run.max_failures) return true;
-  if (run.max_failure_fraction >= 0 && total_samples > 0 &&
+  if (run.max_failure_fraction >= 0 && processed_samples > 0 &&
       static_cast<double>(failed_samples) >
-          run.max_failure_fraction * static_cast<double>(total_samples)) {
+          run.max_failure_fraction * static_cast<double>(processed_samples)) {
     return true;
   }
   return false;
@@ -147,11 +152,22 @@ RunSummary run_precompute(const Config& config) {
   configure_torch_threads(config.run.torch_threads);
 
   const auto samples = read_input(config.input.manifest, config.input.folder);
-  stats.total = static_cast<int64_t>(samples.size());
-  spdlog::info("input: {} samples from {}", samples.size(),
-               (config.input.manifest.empty() ? config.input.folder : config.input.manifest)
-                   .string());
-  prepare_output_folder(config.output.path, config.output.overwrite);
+  const auto& input_path = config.input.manifest.empty() ? config.input.folder
+                                                         : config.input.manifest;
+  spdlog::info("input: {} samples from {}", samples.size(), input_path.string());
+
+  // Everything that can refuse the run happens before the encoders load.
+  const OutputFolder folder = OutputFolder::open(config.output.path);
+  std::optional<OutputIndex> previous;
+  if (config.output.overwrite) {
+    folder.remove_previous_run();
+  } else {
+    previous = folder.load_previous_run([&](int64_t seq) -> std::optional<std::string_view> {
+      if (seq < 0 || seq >= static_cast<int64_t>(samples.size())) return std::nullopt;
+      return samples[static_cast<size_t>(seq)].id;
+    });
+    if (previous) check_same_input(*previous, samples, config.output.path);
+  }
 
   spdlog::info("compute: {}", describe_devices());
   const auto load_started = std::chrono::steady_clock::now();
@@ -161,11 +177,27 @@ RunSummary run_precompute(const Config& config) {
 
   OutputIndex index;
   index.meta = make_meta(config, pools);
-  index.total_samples = stats.total;
+  if (previous) {
+    check_same_settings(previous->meta, index.meta, semantic_config_json(config),
+                        config.output.path);
+    index.shards = std::move(previous->shards);
+  }
+  index.total_samples = static_cast<int64_t>(samples.size());
   index.shard_size = config.output.shard_size;
-  index.input = (config.input.manifest.empty() ? config.input.folder : config.input.manifest)
-                    .string();
+  index.input = input_path.string();
+  index.input_samples = static_cast<int64_t>(samples.size());
+  index.input_sha256 = input_identity(samples, samples.size());
   write_index(config.output.path, index);
+
+  RunPlan plan = plan_run(samples, index, config.output.shard_size, config.output.retry_failed,
+                          config.output.path);
+  stats.total = static_cast<int64_t>(plan.samples.size());
+  if (previous) {
+    spdlog::info("resuming {}: {} of {} samples are in committed shards; {} to process in {} "
+                 "shard(s)",
+                 config.output.path.string(), plan.committed_samples, samples.size(),
+                 plan.samples.size(), plan.shards.ranges().size());
+  }
 
   GraphSettings settings;
   settings.decode_concurrency = decode_threads;
@@ -190,10 +222,20 @@ RunSummary run_precompute(const Config& config) {
                decode_threads, settings.max_in_flight, config.output.shard_size);
 
   SamplePreparer preparer(config, stats);
-  BatchRouter router(config, stats.total);
+  InflightJournal journal(config.output.path, decode_threads);
+  ContainedPreparer contained(preparer, journal, read_quarantine(config.output.path),
+                              {config.video.enabled, config.audio.enabled, config.text.enabled});
+  // Two decodes (video, audio) may each take the limit; the watchdog is the backstop for a
+  // decoder that ignores FFmpeg's interrupt callback.
+  const SampleWatchdog watchdog(
+      journal, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
+                   2 * config.run.sample_timeout_s + 5)));
+  const PrepareFn prepare = [&contained](const SampleSpec& spec) { return contained(spec); };
+  BatchRouter router(config, plan.shards);
   EncodeStage encode(pools, stats);
   ShardCommitter committer(config.output.path, index, stats);
-  ShardAssembler assembler(committer, stats.total, config.output.shard_size, stats);
+  ShardAssembler assembler(committer, plan.shards, stats);
+  for (auto& kept : plan.kept) assembler.preload(std::move(kept));
   stats.started = std::chrono::steady_clock::now();
   {
     // Decode bodies, one body per encoder and the two serial stages each occupy a thread.
@@ -202,16 +244,32 @@ RunSummary run_precompute(const Config& config) {
                                 static_cast<size_t>(parallelism));
     tbb::task_arena arena(parallelism);
     ProgressReporter progress(stats, config.run.progress_interval_s);
-    arena.execute([&] { run_graph(samples, preparer, router, encode, assembler, stats, settings); });
+    arena.execute(
+        [&] { run_graph(plan.samples, prepare, router, encode, assembler, stats, settings); });
     committer.finish();
+  }
+  spdlog::info("progress: {}", progress_line(stats));
+  if (stop_requested()) {
+    const int signal = stop_signal();
+    throw StoppedError(
+        signal,
+        detail::concat("stopped by ", signal == SIGINT ? "SIGINT" : "SIGTERM", ": ",
+                       committer.index().shards.size(), " shard(s) committed in ",
+                       config.output.path.string(),
+                       ", samples of unfinished shards dropped; rerun the same command to resume"),
+        __FILE__, __LINE__);
   }
   PC_ASSERT(stats.completed.load() == stats.total.load(), "run ended with ",
             stats.completed.load(), " of ", stats.total.load(), " samples complete");
-  spdlog::info("progress: {}", progress_line(stats));
+  // Every sample is committed: suspects of earlier crashes are settled.
+  std::error_code ignored;
+  std::filesystem::remove(config.output.path / kQuarantineFileName, ignored);
 
   RunSummary summary;
   summary.output = config.output.path;
-  summary.total_samples = stats.total;
+  summary.total_samples = static_cast<int64_t>(samples.size());
+  summary.processed_samples = stats.total;
+  summary.resumed_samples = plan.committed_samples;
   summary.failed_samples = stats.failed_samples;
   summary.failure_records = stats.failure_records;
   summary.shards = stats.shards_written;
@@ -252,11 +310,15 @@ std::string format_summary(const RunSummary& s) {
       "{} samples in {:.2f} s ({:.1f}/s; {:.2f} s more to load the encoders): {} with embeddings "
       "(video {}, audio {}, text {}), {} with failures; {} shards, {:.1f} MB in {}; peak RSS "
       "{:.0f} MB",
-      s.total_samples, s.seconds,
-      s.seconds > 0 ? static_cast<double>(s.total_samples) / s.seconds : 0.0, s.load_seconds,
+      s.processed_samples, s.seconds,
+      s.seconds > 0 ? static_cast<double>(s.processed_samples) / s.seconds : 0.0, s.load_seconds,
       s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
       s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
       static_cast<double>(s.peak_rss_bytes) / 1e6);
+  if (s.resumed_samples > 0) {
+    out += fmt::format("; {} of the input's {} samples were already in committed shards",
+                       s.resumed_samples, s.total_samples);
+  }
   for (const auto& peak : s.device_memory) {
     out += fmt::format("; peak GPU memory {} {:.0f} MiB reserved ({:.0f} MiB allocated)",
                        peak.device, static_cast<double>(peak.reserved_bytes) / (1 << 20),

@@ -13,9 +13,11 @@
 namespace precompute {
 
 struct RunSummary {
-  int64_t total_samples = 0;
+  int64_t total_samples = 0;      // in the input
+  int64_t processed_samples = 0;  // by this run (a resume skips committed shards)
+  int64_t resumed_samples = 0;    // input positions in shards committed by earlier runs
   int64_t samples_with_embeddings = 0;
-  int64_t failed_samples = 0;  // samples with at least one failure record
+  int64_t failed_samples = 0;  // processed samples with at least one failure record
   int64_t failure_records = 0;
   std::array<int64_t, kNumModalities> embedded{};
   std::map<std::string, int64_t> failures_by_category;
@@ -32,8 +34,10 @@ struct RunSummary {
   bool over_failure_limit(const RunSection& run) const;
 };
 
-// Runs the job. Throws ConfigError, InputError, ModelError or StorageError (see tools/cli for
-// the exit code each maps to); per-sample problems are failure records, never exceptions.
+// Runs the job, resuming an earlier run in the output folder (Note [What a resume redoes] in
+// resume.cpp). Throws ConfigError, InputError, ModelError, StorageError or, after a SIGINT or
+// SIGTERM, StoppedError (see tools/cli for the exit code each maps to); per-sample problems are
+// failure records, never exceptions.
 RunSummary run_precompute(const Config& config);
 
 // The summary as printed at the end of a run.

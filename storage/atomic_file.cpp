@@ -9,6 +9,7 @@
 #include <system_error>
 #include <utility>
 
+#include "pipeline/core/crash_point.hpp"
 #include "pipeline/core/error.hpp"
 
 namespace precompute {
@@ -113,25 +114,45 @@ void sync_folder(const std::filesystem::path& folder, const std::filesystem::pat
   }
 }
 
+// Crash points (pipeline/core/crash_point.hpp) are named by what is being written: "shard-" or
+// "index-" followed by the step, e.g. shard-before-rename; other files have none.
+std::string crash_point_prefix(const std::filesystem::path& target) {
+  const std::string name = target.filename().string();
+  if (name.rfind("shard-", 0) == 0) return "shard-";
+  if (name == "index.json") return "index-";
+  return {};
+}
+
+void crash_at(const std::string& prefix, std::string_view step) {
+  if (!prefix.empty()) crash_point(prefix + std::string(step));
+}
+
 }  // namespace
 
 void write_file_atomically(const std::filesystem::path& target, std::string_view bytes) {
+  const std::string crash_prefix = crash_point_prefix(target);
   const std::filesystem::path folder =
       target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
   auto [file, temp] = create_temp_file(target, folder);
   TempFileRemover remover(temp);
 
-  write_all(file.get(), bytes, target);
+  // Half the bytes, then the rest, so that a crash point can leave a torn temporary file.
+  write_all(file.get(), bytes.substr(0, bytes.size() / 2), target);
+  crash_at(crash_prefix, "mid-write");
+  write_all(file.get(), bytes.substr(bytes.size() / 2), target);
+  crash_at(crash_prefix, "before-fsync");
   // A failed fsync is not retried on the same descriptor: Linux may already have dropped the
   // dirty pages and marked them clean, so a second fsync could succeed without writing them.
   if (::fsync(file.get()) != 0) throw_write_error(target, "syncing the temporary file", errno);
   if (const int error = file.close(); error != 0) {
     throw_write_error(target, "closing the temporary file", error);
   }
+  crash_at(crash_prefix, "before-rename");
   if (::rename(temp.c_str(), target.c_str()) != 0) {
     throw_write_error(target, "renaming the temporary file into place", errno);
   }
   remover.renamed();
+  crash_at(crash_prefix, "before-folder-fsync");
   sync_folder(folder, target);
 }
 

@@ -1,60 +1,292 @@
 #include "storage/output_folder.hpp"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <map>
+#include <set>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
 #include "storage/atomic_file.hpp"
-#include "storage/output_index.hpp"
+#include "storage/shard_reader.hpp"
 
 namespace precompute {
+
+// Note [Resuming from the output folder]
+// Only index.json makes a shard committed: a shard file is written, fsynced and renamed into
+// place first, then the index that lists it (with its size and SHA-256) replaces the old one.
+// So after a crash at any instant the folder holds: committed shards (listed), at most one
+// renamed-but-unlisted shard per writer thread, and temporary files. The resume keeps the
+// listed shards whose bytes still hash to what was recorded, deletes everything else of ours,
+// and the runner redoes the sample ranges not covered. Checking the hash before HDF5 ever opens
+// a shard matters: HDF5 may crash or read phantom rows from a damaged file
+// (../shared/RELIABILITY.md).
+//
+// One writer: the lock is flock() on .precompute.lock, which the kernel releases when the
+// holder dies, so a kill -9 never leaves a stale lock. HDF5's own file locks cannot go stale
+// here because shards are built in memory and written by our code, never opened for writing by
+// HDF5 at their final path.
+
 namespace {
 
-bool is_precompute_file(const std::filesystem::path& file) {
+namespace fs = std::filesystem;
+
+constexpr std::string_view kRunFilePrefix = ".precompute.";
+
+bool is_shard_file(const fs::path& file) {
   const auto name = file.filename().string();
-  const bool shard = name.rfind("shard-", 0) == 0 && file.extension() == ".h5";
-  return shard || name == kIndexFileName || name.rfind(kTempFilePrefix, 0) == 0;
+  return name.rfind("shard-", 0) == 0 && file.extension() == ".h5";
+}
+
+bool is_temp_file(const fs::path& file) {
+  return file.filename().string().rfind(kTempFilePrefix, 0) == 0;
+}
+
+std::vector<fs::path> list_run_files(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (is_run_file(entry.path())) files.push_back(entry.path());
+  }
+  PC_CHECK(!ec, StorageError, "cannot list output folder ", dir, ": ", ec.message());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+void remove_file(const fs::path& file) {
+  std::error_code ec;
+  fs::remove(file, ec);
+  PC_CHECK(!ec, StorageError, "cannot remove ", file, " from the output folder: ", ec.message());
+}
+
+std::string read_lock_holder(int fd) {
+  char buffer[32] = {};
+  const ssize_t n = ::pread(fd, buffer, sizeof(buffer) - 1, 0);
+  std::string pid = n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
+  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  return pid.empty() ? "unknown" : pid;
+}
+
+int take_lock(const fs::path& dir) {
+  const fs::path file = dir / kLockFileName;
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  PC_CHECK(fd >= 0, OutputFolderError, "cannot create the lock file ", file, ": ",
+           std::generic_category().message(errno), "; choose a writable --output");
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    const std::string holder = read_lock_holder(fd);
+    ::close(fd);
+    PC_CHECK(error != EWOULDBLOCK, OutputLockedError, "output folder ", dir,
+             " is in use by another precompute run (pid ", holder,
+             "); wait for it to finish, stop it, or choose another --output");
+    PC_THROW(OutputFolderError, "cannot lock the output folder ", dir, " (", file, "): ",
+             std::generic_category().message(error));
+  }
+  // The pid is for the message another run prints; the lock itself is the flock.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    const int error = errno;
+    ::close(fd);
+    PC_THROW(OutputFolderError, "output folder ", dir, " is not writable: ",
+             std::generic_category().message(error), " (writing ", file, ")");
+  }
+  return fd;
+}
+
+// The shards of a run whose index.json is damaged or gone, rebuilt from what each shard stores
+// about itself. Shards that do not open, belong to another run, or hold ids that are not the
+// input's at their positions are deleted.
+std::optional<OutputIndex> rebuild_index(const fs::path& dir, const std::vector<fs::path>& shards,
+                                         const OutputFolder::IdAt& id_at) {
+  std::optional<OutputIndex> index;
+  std::set<int64_t> used_indexes;
+  for (const auto& file : shards) {
+    try {
+      const ShardFile shard = read_shard(file);
+      const auto& c = shard.contents;
+      if (index && shard.meta.config_fingerprint != index->meta.config_fingerprint) {
+        PC_THROW(StorageError, "its config fingerprint differs from the other shards'");
+      }
+      for (const auto& sample : c.samples) {
+        const auto expected = id_at(sample.seq);
+        PC_CHECK(expected && *expected == sample.id, StorageError, "it holds id '", sample.id,
+                 "' at position ", sample.seq, ", where the input has ",
+                 expected ? "'" + std::string(*expected) + "'" : std::string("nothing"));
+      }
+      PC_CHECK(used_indexes.insert(c.shard_index).second, StorageError, "its shard index ",
+               c.shard_index, " is used twice");
+      if (!index) {
+        index.emplace();
+        index->meta = shard.meta;
+      }
+      IndexEntry entry;
+      entry.file = file.filename().string();
+      entry.shard_index = c.shard_index;
+      entry.first_seq = c.first_seq;
+      entry.seq_count = c.seq_count;
+      entry.num_samples = static_cast<int64_t>(c.samples.size());
+      entry.num_failures = static_cast<int64_t>(c.failures.size());
+      for (const auto& sample : c.samples) {
+        for (int m = 0; m < kNumModalities; ++m) {
+          if (sample.embeddings[m]) ++entry.modality_counts[m];
+        }
+      }
+      entry.bytes = fs::file_size(file);
+      entry.sha256 = sha256_file(file);
+      index->shards.push_back(std::move(entry));
+    } catch (const Error& e) {
+      spdlog::warn("shard {} cannot be used to rebuild the index ({}); it is removed and its "
+                   "samples will be redone", file.string(), e.what());
+      remove_file(file);
+    }
+  }
+  if (!index) return std::nullopt;
+  std::sort(index->shards.begin(), index->shards.end(),
+            [](const IndexEntry& a, const IndexEntry& b) { return a.first_seq < b.first_seq; });
+  // Overlapping ranges cannot come from one run; keep the first of each overlap.
+  std::vector<IndexEntry> kept;
+  for (auto& entry : index->shards) {
+    if (!kept.empty() && entry.first_seq < kept.back().first_seq + kept.back().seq_count) {
+      spdlog::warn("shard {} overlaps {}; it is removed", entry.file, kept.back().file);
+      remove_file(dir / entry.file);
+      continue;
+    }
+    kept.push_back(std::move(entry));
+  }
+  index->shards = std::move(kept);
+  // What the input was is not known any more; the ids above were checked instead.
+  index->input_samples = -1;
+  return index;
 }
 
 }  // namespace
 
-void prepare_output_folder(const std::filesystem::path& dir, bool overwrite) {
+bool is_run_file(const fs::path& file) {
+  const auto name = file.filename().string();
+  if (name == kLockFileName) return false;
+  return is_shard_file(file) || name == kIndexFileName || is_temp_file(file) ||
+         name.rfind(kRunFilePrefix, 0) == 0;
+}
+
+OutputFolder OutputFolder::open(const fs::path& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  fs::create_directories(dir, ec);
   PC_CHECK(!ec, OutputFolderError, "cannot create output folder ", dir, ": ", ec.message(),
            "; choose a writable location with --output");
-  PC_CHECK(std::filesystem::is_directory(dir), OutputFolderError, "output path ", dir,
+  PC_CHECK(fs::is_directory(dir), OutputFolderError, "output path ", dir,
            " exists but is not a folder; choose another --output");
-
-  std::vector<std::filesystem::path> ours;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file() && is_precompute_file(entry.path())) ours.push_back(entry.path());
-  }
-  PC_CHECK(!ec, OutputFolderError, "cannot list output folder ", dir, ": ", ec.message());
-  const bool previous_run = std::any_of(ours.begin(), ours.end(), [](const auto& p) {
-    return p.filename().string().rfind(kTempFilePrefix, 0) != 0;
-  });
-  PC_CHECK(!previous_run || overwrite, OutputFolderError, "output folder ", dir,
-           " already holds a precompute run (index.json or shard files); pass --overwrite to "
-           "replace it, or choose another --output");
-  for (const auto& file : ours) {
-    std::filesystem::remove(file, ec);
-    PC_CHECK(!ec, OutputFolderError, "cannot remove ", file,
-             " from the output folder: ", ec.message());
-  }
-  if (!ours.empty())
-    spdlog::info("removed {} file(s) of an earlier run from {}", ours.size(), dir.string());
+  OutputFolder folder(dir, take_lock(dir));
 
   // Prove the folder is writable now, not after an hour of decoding.
-  const auto probe = dir / ".precompute-write-probe";
+  const auto probe = dir / ".precompute.write-probe";
   try {
     write_file_atomically(probe, "probe");
   } catch (const StorageError& e) {
     PC_THROW(OutputFolderError, "output folder ", dir, " is not writable: ", e.what());
   }
-  std::filesystem::remove(probe, ec);
+  fs::remove(probe, ec);
+  return folder;
+}
+
+OutputFolder::OutputFolder(OutputFolder&& other) noexcept
+    : dir_(std::move(other.dir_)), lock_fd_(std::exchange(other.lock_fd_, -1)) {}
+
+OutputFolder::~OutputFolder() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+void OutputFolder::remove_previous_run() const {
+  const auto files = list_run_files(dir_);
+  for (const auto& file : files) remove_file(file);
+  if (!files.empty()) {
+    spdlog::info("--overwrite: removed {} file(s) of an earlier run from {}", files.size(),
+                 dir_.string());
+  }
+}
+
+std::optional<OutputIndex> OutputFolder::load_previous_run(const IdAt& id_at) const {
+  std::vector<fs::path> shards;
+  int temps = 0;
+  for (const auto& file : list_run_files(dir_)) {
+    if (is_temp_file(file)) {
+      remove_file(file);
+      ++temps;
+    } else if (is_shard_file(file)) {
+      shards.push_back(file);
+    }
+  }
+  if (temps > 0) {
+    spdlog::info("removed {} temporary file(s) left by an interrupted run", temps);
+  }
+
+  std::optional<OutputIndex> index;
+  try {
+    index = read_index(dir_);
+  } catch (const StorageError& e) {
+    spdlog::warn("{}; rebuilding it from the {} shard file(s) in the folder", e.what(),
+                 shards.size());
+    remove_file(dir_ / kIndexFileName);
+    index = rebuild_index(dir_, shards, id_at);
+    if (index) write_index(dir_, *index);
+    return index;
+  }
+  if (!index) {
+    // No record: any shard here was never committed.
+    for (const auto& file : shards) remove_file(file);
+    if (!shards.empty()) {
+      spdlog::info("removed {} shard file(s) that no index records", shards.size());
+    }
+    return std::nullopt;
+  }
+
+  std::set<std::string> recorded;
+  std::vector<IndexEntry> intact;
+  for (auto& entry : index->shards) {
+    const fs::path file = dir_ / entry.file;
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    std::string problem;
+    if (ec) {
+      problem = "it is missing (" + ec.message() + ")";
+    } else if (size != entry.bytes) {
+      problem = "its size is " + std::to_string(size) + " bytes, not the " +
+                std::to_string(entry.bytes) + " recorded";
+    } else if (sha256_file(file) != entry.sha256) {
+      problem = "its SHA-256 differs from the one recorded";
+    }
+    if (!problem.empty()) {
+      spdlog::warn("committed shard {} is damaged: {}; it is removed and its {} samples (from "
+                   "position {}) will be redone",
+                   file.string(), problem, entry.seq_count, entry.first_seq);
+      if (!ec) remove_file(file);
+      continue;
+    }
+    recorded.insert(entry.file);
+    intact.push_back(std::move(entry));
+  }
+  int unrecorded = 0;
+  for (const auto& file : shards) {
+    if (recorded.count(file.filename().string()) == 0) {
+      remove_file(file);
+      ++unrecorded;
+    }
+  }
+  if (unrecorded > 0) {
+    spdlog::info("removed {} shard file(s) written but not recorded before an interruption",
+                 unrecorded);
+  }
+  const bool dropped = intact.size() != index->shards.size();
+  index->shards = std::move(intact);
+  if (dropped) write_index(dir_, *index);
+  return index;
 }
 
 }  // namespace precompute

@@ -1,14 +1,61 @@
 #pragma once
-// The output folder before a run writes to it: created if missing, proven writable, and checked
-// for a previous run. Fails in seconds, before any decoding, with the path and the fix.
+// The output folder of a run, held for the run's whole life: created if missing, proven
+// writable, locked against a second writer, and cleared of what a crashed run left behind
+// (Note [Resuming from the output folder] in output_folder.cpp). Fails in seconds, before any
+// decoding, with the path and the fix.
 
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "storage/output_index.hpp"
 
 namespace precompute {
 
-// Creates `dir` (and parents) and writes a probe file in it. A folder that already holds a run
-// (index.json or shard files) is refused unless `overwrite`, in which case precompute's own files
-// are removed (nothing else in the folder is touched). Throws OutputFolderError.
-void prepare_output_folder(const std::filesystem::path& dir, bool overwrite);
+// The lock file in the output folder; it holds the pid of the run that has the lock.
+inline constexpr std::string_view kLockFileName = ".precompute.lock";
+
+class OutputFolder {
+ public:
+  // Creates `dir` (and parents), takes its lock and writes a probe file. Throws
+  // OutputLockedError naming the holder's pid when another run has the lock, OutputFolderError
+  // when the folder cannot be created or written.
+  static OutputFolder open(const std::filesystem::path& dir);
+
+  OutputFolder(OutputFolder&& other) noexcept;
+  OutputFolder& operator=(OutputFolder&&) = delete;
+  OutputFolder(const OutputFolder&) = delete;
+  OutputFolder& operator=(const OutputFolder&) = delete;
+  ~OutputFolder();  // releases the lock (the kernel does too when the process dies)
+
+  const std::filesystem::path& path() const { return dir_; }
+
+  // Removes every file precompute wrote here (index, shards, temporary files, journals);
+  // nothing else in the folder is touched. For --overwrite.
+  void remove_previous_run() const;
+
+  // Returns the index of an earlier run with only the shards that are intact: each shard's file
+  // is checked against the size and SHA-256 recorded for it before anything else reads it, and
+  // a damaged or missing one is dropped (and deleted) so that its samples are redone. Temporary
+  // files and shard files the index does not record (a crash between rename and record) are
+  // deleted. A damaged index.json is rebuilt from the shards themselves, keeping those whose
+  // stored ids match `id_at(seq)` (the input's id at a position; nullopt past its end).
+  // std::nullopt when the folder holds no earlier run. Throws StorageError when the folder
+  // cannot be read or cleaned.
+  using IdAt = std::function<std::optional<std::string_view>(int64_t seq)>;
+  std::optional<OutputIndex> load_previous_run(const IdAt& id_at) const;
+
+ private:
+  OutputFolder(std::filesystem::path dir, int lock_fd) : dir_(std::move(dir)), lock_fd_(lock_fd) {}
+
+  std::filesystem::path dir_;
+  int lock_fd_ = -1;
+};
+
+// True for the files a run writes into its output folder (shards, index, temporary files,
+// journals; not the lock file, which must outlive a --overwrite).
+bool is_run_file(const std::filesystem::path& file);
 
 }  // namespace precompute

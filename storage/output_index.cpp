@@ -9,7 +9,9 @@
 #include <string>
 #include <system_error>
 
+#include "pipeline/core/crash_point.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
 #include "storage/atomic_file.hpp"
 #include "storage/shard_schema.hpp"
 
@@ -63,6 +65,23 @@ Json entry_to_json(const IndexEntry& entry, const ShardMeta& meta) {
   };
 }
 
+// The checksum of index.json: a SHA-256 over the records a resume trusts (fingerprint, input
+// identity, every shard's range, counts and hash), in a fixed text form independent of how the
+// JSON is formatted.
+std::string records_checksum(const OutputIndex& index) {
+  Sha256 hash;
+  hash.update(detail::concat(index.meta.config_fingerprint, '\n', index.total_samples, '\n',
+                             index.input_samples, '\n', index.input_sha256, '\n'));
+  for (const auto& e : index.shards) {
+    std::string line = detail::concat(e.file, ' ', e.shard_index, ' ', e.first_seq, ' ',
+                                      e.seq_count, ' ', e.num_samples, ' ', e.num_failures, ' ',
+                                      e.bytes, ' ', e.sha256);
+    for (const auto count : e.modality_counts) line += detail::concat(' ', count);
+    hash.update(line + "\n");
+  }
+  return hash.hex_digest();
+}
+
 Json index_to_json(const OutputIndex& index) {
   const ShardMeta& meta = index.meta;
   Json modalities = Json::object();
@@ -75,8 +94,9 @@ Json index_to_json(const OutputIndex& index) {
   int64_t total_failures = 0;
   for (size_t i = 0; i < index.shards.size(); ++i) {
     const IndexEntry& entry = index.shards[i];
-    PC_ASSERT(i == 0 || entry.shard_index > index.shards[i - 1].shard_index,
-              "index shards out of order at ", i);
+    PC_ASSERT(i == 0 || entry.first_seq >= index.shards[i - 1].first_seq +
+                                               index.shards[i - 1].seq_count,
+              "index shards out of order or overlapping at ", i);
     shards.push_back(entry_to_json(entry, meta));
     total_samples_embedded += entry.num_samples;
     total_failures += entry.num_failures;
@@ -92,10 +112,13 @@ Json index_to_json(const OutputIndex& index) {
       {"total_samples", index.total_samples},
       {"shard_size", index.shard_size},
       {"input", index.input},
+      {"input_samples", index.input_samples},
+      {"input_sha256", index.input_sha256},
       {"modalities", std::move(modalities)},
       {"shards", std::move(shards)},
       // Derived from "shards"; checked when the index is read.
       {"totals", {{"samples", total_samples_embedded}, {"failures", total_failures}}},
+      {"checksum", records_checksum(index)},
   };
 }
 
@@ -239,6 +262,11 @@ OutputIndex IndexParser::parse(const std::string& text) {
   index.total_samples = count_field(root, "", "total_samples");
   index.shard_size = count_field(root, "", "shard_size");
   index.input = string_field(root, "", "input");
+  const Json& input_samples =
+      field(root, "", "input_samples", &Json::is_number_integer, "an integer");
+  index.input_samples = input_samples.get<int64_t>();
+  if (index.input_samples < -1) damaged("'input_samples' is below -1");
+  index.input_sha256 = string_field(root, "", "input_sha256");
 
   const Json& modalities = field(root, "", "modalities", &Json::is_object, "an object");
   for (const auto& [name, object] : modalities.items()) {
@@ -254,8 +282,8 @@ OutputIndex IndexParser::parse(const std::string& text) {
   int64_t total_failures = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     IndexEntry entry = parse_entry(shards[i], detail::concat("shards[", i, "]"));
-    if (i > 0 && entry.shard_index <= index.shards.back().shard_index) {
-      damaged(detail::concat("'shards[", i, "]' is not in ascending shard_index order"));
+    if (i > 0 && entry.first_seq < index.shards.back().first_seq + index.shards.back().seq_count) {
+      damaged(detail::concat("'shards[", i, "]' overlaps the shard before it or is out of order"));
     }
     total_samples_embedded += entry.num_samples;
     total_failures += entry.num_failures;
@@ -267,13 +295,18 @@ OutputIndex IndexParser::parse(const std::string& text) {
       count_field(totals, "totals", "failures") != total_failures) {
     damaged("'totals' do not match the sums over 'shards'");
   }
+  if (string_field(root, "", "checksum") != records_checksum(index)) {
+    damaged("its checksum does not match its records");
+  }
   return index;
 }
 
 }  // namespace
 
 void write_index(const std::filesystem::path& output_dir, const OutputIndex& index) {
+  crash_point("before-index");
   write_file_atomically(output_dir / kIndexFileName, index_to_json(index).dump(2) + "\n");
+  crash_point("after-index");
 }
 
 std::optional<OutputIndex> read_index(const std::filesystem::path& output_dir) {

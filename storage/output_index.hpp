@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <array>
+
 #include "storage/shard_contents.hpp"
 
 namespace precompute {
@@ -32,7 +33,12 @@ struct OutputIndex {
   int64_t total_samples = 0;  // samples in the input
   int64_t shard_size = 0;
   std::string input;               // manifest or folder path, for the record
-  std::vector<IndexEntry> shards;  // ascending shard_index
+  // The input's identity: a SHA-256 over its first `input_samples` samples (ids, paths, texts),
+  // so that a resume can tell an input that only grew from one that changed. -1: not known (an
+  // index rebuilt from shards, whose ids were checked one by one instead).
+  int64_t input_samples = -1;
+  std::string input_sha256;
+  std::vector<IndexEntry> shards;  // ascending first_seq, ranges disjoint
 };
 
 inline constexpr std::string_view kIndexFileName = "index.json";
@@ -40,9 +46,11 @@ inline constexpr std::string_view kIndexFileName = "index.json";
 inline constexpr std::string_view kIndexFormat = "precompute-index";
 inline constexpr int64_t kIndexFormatVersion = 1;
 
-// Writes `index` to DIR/index.json atomically. Throws StorageError.
+// Writes `index` to DIR/index.json atomically, with a checksum over the records it holds so
+// that a damaged file is detected even where it still parses. Throws StorageError.
 void write_index(const std::filesystem::path& output_dir, const OutputIndex& index);
-// Reads DIR/index.json; std::nullopt when there is none. Throws StorageError when it is damaged.
+// Reads DIR/index.json; std::nullopt when there is none. Throws StorageError when it is damaged
+// (not JSON, a field missing or of the wrong type, ranges out of order, checksum mismatch).
 std::optional<OutputIndex> read_index(const std::filesystem::path& output_dir);
 
 }  // namespace precompute

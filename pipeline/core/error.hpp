@@ -21,6 +21,7 @@ enum class ErrorKind {
   kModel,     // an encoder cannot be loaded or run
   kStorage,   // the output folder or a shard cannot be written or read
   kInternal,  // a broken invariant: a bug in precompute
+  kStopped,   // SIGINT or SIGTERM: complete shards were committed; rerun to resume
 };
 
 // Thrown by PC_CHECK / PC_THROW / PC_ASSERT. Thread-safe to copy; what() is the full message.
@@ -74,6 +75,23 @@ class StorageError : public Error {
 class OutputFolderError : public StorageError {
  public:
   using StorageError::StorageError;
+};
+
+// Another run holds the output folder's lock.
+class OutputLockedError : public OutputFolderError {
+ public:
+  using OutputFolderError::OutputFolderError;
+};
+
+// The run stopped on a signal after committing its complete shards.
+class StoppedError : public Error {
+ public:
+  StoppedError(int signal, const std::string& m, const char* f, int l)
+      : Error(ErrorKind::kStopped, m, f, l), signal_(signal) {}
+  int signal() const noexcept { return signal_; }
+
+ private:
+  int signal_;
 };
 
 class InternalError : public Error {

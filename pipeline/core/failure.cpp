@@ -10,7 +10,7 @@ struct CategoryName {
   std::string_view name;
 };
 
-constexpr std::array<CategoryName, 11> kCategoryNames = {{
+constexpr std::array<CategoryName, 12> kCategoryNames = {{
     {FailureCategory::kMissing, "missing"},
     {FailureCategory::kUnreadable, "unreadable"},
     {FailureCategory::kNoStream, "no_stream"},
@@ -22,6 +22,7 @@ constexpr std::array<CategoryName, 11> kCategoryNames = {{
     {FailureCategory::kEncodeError, "encode_error"},
     {FailureCategory::kOom, "oom"},
     {FailureCategory::kUnsupported, "unsupported"},
+    {FailureCategory::kCrashed, "crash"},
 }};
 
 }  // namespace

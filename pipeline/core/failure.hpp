@@ -23,6 +23,7 @@ enum class FailureCategory : uint8_t {
   kEncodeError,  // the encoder failed on the batch holding this sample
   kOom,          // did not fit in device memory even alone
   kUnsupported,  // a codec or format this build cannot handle
+  kCrashed,      // the process crashed (or hung) twice while this sample was being prepared
 };
 
 std::string_view failure_category_name(FailureCategory category);

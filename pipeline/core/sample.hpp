@@ -19,8 +19,10 @@ namespace precompute {
 
 // One sample of the input, as the manifest (or folder scan) describes it, paths already resolved.
 struct SampleSpec {
-  int64_t seq = 0;  // 0-based position in the input; shards are cut on it
-  std::string id;   // unique across the input
+  int64_t seq = 0;    // 0-based position in the input; shards are cut on it
+  int64_t order = 0;  // 0-based position among the samples this run processes (a resumed run
+                      // skips committed ones); the graph restores this order after decoding
+  std::string id;     // unique across the input
   std::optional<std::filesystem::path> video;
   std::optional<std::filesystem::path> audio;  // when absent, the audio track of `video`
   std::optional<std::string> text;
@@ -71,6 +73,7 @@ struct TokenizedText {
 // was not asked for is empty, and every failure is in `failures`.
 struct PreparedSample {
   int64_t seq = 0;
+  int64_t order = 0;  // SampleSpec::order
   std::string id;
   std::optional<VideoFrames> video;
   std::optional<AudioWindows> audio;

@@ -17,7 +17,6 @@ namespace precompute {
 namespace {
 
 using ffmpeg::CodecContextPtr;
-using ffmpeg::FormatContextPtr;
 using ffmpeg::SwrContextPtr;
 
 // Downmixes and resamples decoded frames to mono float samples at the output rate. The
@@ -158,24 +157,29 @@ AudioWindows cut_windows(std::vector<float> samples, double start_s,
 
 }  // namespace
 
-AudioDecodeOptions audio_decode_options(const AudioSection& section) {
+AudioDecodeOptions audio_decode_options(const AudioSection& section, const RunSection& run) {
   AudioDecodeOptions options;
   options.sample_rate = section.sample_rate;
   options.window_s = section.window_s;
   options.hop_s = section.hop_s;
   options.max_duration_s = section.max_duration_s;
+  options.timeout_s = run.sample_timeout_s;
+  options.max_file_bytes = run.max_file_bytes;
   return options;
 }
 
 AudioWindows decode_audio(const std::filesystem::path& file, const AudioDecodeOptions& options) {
   PC_ASSERT(options.sample_rate > 0 && options.window_s >= 0 && options.hop_s >= 0);
 
-  FormatContextPtr format = ffmpeg::open_input(file);
-  const AVStream* stream = ffmpeg::find_stream(format.get(), AVMEDIA_TYPE_AUDIO, file);
+  const ffmpeg::Deadline deadline(options.timeout_s);
+  // A video's own pictures are not ours to cap here (video.max_pixels): FFmpeg's default holds.
+  const ffmpeg::InputLimits limits{options.max_file_bytes, /*max_pixels=*/0};
+  const ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
+  const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_AUDIO, file);
   const AVRational time_base = stream->time_base;
   const double max_samples = options.max_duration_s * options.sample_rate;
   std::vector<float> samples;
-  if (const std::optional<int64_t> duration = ffmpeg::header_duration(format.get(), stream)) {
+  if (const std::optional<int64_t> duration = ffmpeg::header_duration(input.format(), stream)) {
     const double duration_s = static_cast<double>(*duration) * av_q2d(time_base);
     PC_MEDIA_CHECK(duration_s <= options.max_duration_s, FailureCategory::kTooLong, file.string(),
                    ": the audio lasts ", duration_s, " s, over the limit of ",
@@ -195,7 +199,7 @@ AudioWindows decode_audio(const std::filesystem::path& file, const AudioDecodeOp
                    options.max_duration_s, " s (audio.max_duration_s)");
     return true;
   };
-  ffmpeg::decode_stream(format.get(), stream, codec.get(), sink, file);
+  ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file);
   resampler.flush(samples);
   PC_MEDIA_CHECK(!samples.empty(), FailureCategory::kDecodeError, file.string(),
                  ": the audio stream decoded to no samples");

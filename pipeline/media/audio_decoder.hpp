@@ -15,11 +15,15 @@ struct AudioDecodeOptions {
   double window_s = 0.0;  // 0: the whole clip is one window
   double hop_s = 0.0;     // 0: window_s
   double max_duration_s = 4 * 3600.0;
+  double timeout_s = 600.0;             // the whole decode of the file, at most: kTimeout
+  int64_t max_file_bytes = 64LL << 30;  // larger files: kTooLarge
 };
 
-AudioDecodeOptions audio_decode_options(const AudioSection& section);
+// The options of `section`, with the per-file limits of `run`.
+AudioDecodeOptions audio_decode_options(const AudioSection& section, const RunSection& run);
 
-// Throws MediaError (missing, unreadable, no_stream, decode_error, too_long) naming the file.
+// Throws MediaError (missing, unreadable, no_stream, decode_error, too_long, too_large,
+// timeout, unsupported) naming the file.
 AudioWindows decode_audio(const std::filesystem::path& file, const AudioDecodeOptions& options);
 
 }  // namespace precompute

@@ -5,9 +5,12 @@ extern "C" {
 }
 
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdlib>
@@ -15,6 +18,7 @@ extern "C" {
 #include <mutex>
 #include <new>
 #include <string_view>
+#include <vector>
 
 #include "pipeline/core/error.hpp"
 
@@ -67,13 +71,21 @@ void set_log_level_once() {
 }
 
 // Note [Opening untrusted files]
-// Media files come from users and the internet. We check the path ourselves before FFmpeg sees
-// it: a FIFO or device would block FFmpeg forever, and a directory gives an unhelpful error.
-// FFmpeg then opens it through the `file:` protocol only (a name with ':' is never taken for a
-// protocol, and a playlist inside cannot make FFmpeg open other files or URLs), and only with the
-// demuxers of the containers we support (an HLS playlist renamed .mp4 is otherwise probed and
-// followed, see RELIABILITY.md). Probing is bounded so that a hostile file cannot make it read
-// without end.
+// Media files come from users and the internet, so FFmpeg never opens a path itself. We stat the
+// path first: a FIFO, device, socket or directory is refused before anything opens it (opening a
+// FIFO blocks until a writer comes, reading /dev/zero never ends), and so is a file over
+// run.max_file_bytes. A path that does not exist but reads as a URL or FFmpeg protocol
+// ("http://...", "concat:a|b", "pipe:") is refused as such, with a message saying so rather than
+// "no such file"; a file that exists is read whatever its name, colons included. We then open the
+// file ourselves (O_NONBLOCK, so that a FIFO swapped in after the stat cannot block us either),
+// check with fstat that the descriptor is the regular file we meant, and give FFmpeg an
+// AVIOContext that reads only that descriptor, up to the size it had when opened. FFmpeg never
+// parses the path as a URL, and its io_open callback refuses every other file or URL a demuxer
+// asks for (playlists, references), on top of protocol_whitelist=file. Only the demuxers of the
+// containers we support may probe it (an HLS playlist renamed .mp4 is otherwise probed and
+// followed, see RELIABILITY.md). Probing is bounded in bytes, stream time and packets, and the
+// probing decoders are held to the pixel cap, so that a hostile header cannot make them allocate
+// huge pictures before our own checks run.
 constexpr const char* kFormatWhitelist =
     "mov,mp4,m4a,3gp,3g2,mj2,"  // QuickTime / MP4 family (one demuxer)
     "matroska,webm,"            // Matroska / WebM (one demuxer)
@@ -81,20 +93,85 @@ constexpr const char* kFormatWhitelist =
     "wav,w64,mp3,flac,aac,ac3,eac3,aiff,caf,wv,amr";
 constexpr const char* kProbeSizeBytes = "10000000";
 constexpr const char* kAnalyzeDurationMicroseconds = "10000000";
+// Below FFmpeg's default of 2500: a stream that never yields codec parameters is given up after
+// this many buffered packets (kProbeSizeBytes caps their bytes, this their count).
+constexpr const char* kMaxProbePackets = "1000";
+constexpr int kIoBufferBytes = 64 * 1024;
 
-void check_regular_readable(const std::filesystem::path& file) {
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// The URL scheme or FFmpeg protocol `name` starts with ("http" for "http:", "concat" for
+// "concat:a.mp4|b.mp4"), or nullopt. A bare "scheme:" is what the manifest's path normalisation
+// leaves of "scheme://host"; anything else must name one of FFmpeg's protocols.
+std::optional<std::string> protocol_prefix(const std::string& name) {
+  const size_t colon = name.find(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  std::string scheme = name.substr(0, colon);
+  for (char& c : scheme) {
+    const auto u = static_cast<unsigned char>(c);
+    if (!std::isalnum(u) && c != '+' && c != '-' && c != '.') return std::nullopt;
+    c = static_cast<char>(std::tolower(u));
+  }
+  if (!std::isalpha(static_cast<unsigned char>(scheme[0]))) return std::nullopt;
+  if (colon + 1 == name.size()) return scheme;
+  for (const int output : {0, 1}) {
+    void* iterator = nullptr;
+    while (const char* protocol = avio_enum_protocols(&iterator, output)) {
+      if (scheme == protocol) return scheme;
+    }
+  }
+  return std::nullopt;
+}
+
+// For a path that does not exist: the protocol its first missing component starts with. Only
+// that component is judged, so an existing folder named "a:b" above it changes nothing.
+std::optional<std::string> missing_path_protocol(const std::filesystem::path& file) {
+  std::filesystem::path prefix;
+  for (const auto& component : file) {
+    prefix /= component;
+    struct stat info {};
+    if (::lstat(prefix.c_str(), &info) == 0) continue;
+    return protocol_prefix(component.string());
+  }
+  return std::nullopt;
+}
+
+// Throws unless `info` describes a regular file within the size cap.
+void check_regular_within_cap(const struct stat& info, const std::filesystem::path& file,
+                              const InputLimits& limits) {
+  PC_MEDIA_CHECK(S_ISREG(info.st_mode), FailureCategory::kUnreadable, file.string(), ": ",
+                 file_type_name(info.st_mode),
+                 ", not a regular file; only media files are read");
+  PC_MEDIA_CHECK(limits.max_file_bytes <= 0 || info.st_size <= limits.max_file_bytes,
+                 FailureCategory::kTooLarge, file.string(), ": the file is ", info.st_size,
+                 " bytes, over the limit of ", limits.max_file_bytes,
+                 " bytes (run.max_file_bytes); raise it to read this file");
+}
+
+// Stats `file` without opening it; throws MediaError for anything FFmpeg must not be given.
+void check_path(const std::filesystem::path& file, const InputLimits& limits) {
   struct stat info {};
   if (::stat(file.c_str(), &info) != 0) {
     const int error = errno;
-    PC_MEDIA_CHECK(error != ENOENT && error != ENOTDIR, FailureCategory::kMissing, file.string(),
-                   ": no such file");
+    if (error == ENOENT || error == ENOTDIR) {
+      if (const auto protocol = missing_path_protocol(file)) {
+        PC_MEDIA_THROW(FailureCategory::kUnreadable, file.string(), ": '", *protocol,
+                       ":' is a URL or FFmpeg protocol, not a local file; precompute reads only "
+                       "local files: download it and list its path");
+      }
+      PC_MEDIA_THROW(FailureCategory::kMissing, file.string(), ": no such file");
+    }
     PC_MEDIA_THROW(FailureCategory::kUnreadable, file.string(),
                    ": cannot stat: ", std::strerror(error));
   }
-  PC_MEDIA_CHECK(S_ISREG(info.st_mode), FailureCategory::kUnreadable, file.string(),
-                 ": not a regular file (a directory, FIFO or device); only media files are read");
-  PC_MEDIA_CHECK(::access(file.c_str(), R_OK) == 0, FailureCategory::kUnreadable, file.string(),
-                 ": cannot read: ", std::strerror(errno));
+  check_regular_within_cap(info, file, limits);
 }
 
 DictionaryPtr open_options() {
@@ -103,10 +180,115 @@ DictionaryPtr open_options() {
   av_dict_set(&options, "format_whitelist", kFormatWhitelist, 0);
   av_dict_set(&options, "probesize", kProbeSizeBytes, 0);
   av_dict_set(&options, "analyzeduration", kAnalyzeDurationMicroseconds, 0);
+  av_dict_set(&options, "max_probe_packets", kMaxProbePackets, 0);
   return DictionaryPtr(options);
 }
 
+// The decoder's own cap counts rows padded to its stride alignment (up to 64 pixels wider),
+// hence the headroom over the exact limit, which we check on headers and frames ourselves.
+int64_t decoder_pixel_cap(int64_t max_pixels) {
+  return max_pixels > INT64_MAX / 2 ? INT64_MAX : 2 * max_pixels;
+}
+
+int interrupted(void* opaque) { return static_cast<const Deadline*>(opaque)->passed() ? 1 : 0; }
+
+int refuse_nested_open(AVFormatContext* format, AVIOContext** /*pb*/, const char* url,
+                       int /*flags*/, AVDictionary** /*options*/) {
+  av_log(format, AV_LOG_WARNING, "refused to open '%s' from inside a media file\n", url);
+  return AVERROR(EPERM);
+}
+
 }  // namespace
+
+// What the AVIOContext's callbacks read from. Reads go through pread at our own position, so
+// nothing else shares the descriptor's offset, and stop at the size fstat gave at open: a file
+// that grows while we read it cannot make us read without end.
+struct InputFile::Source {
+  int fd = -1;
+  int64_t size = 0;
+  int64_t position = 0;
+  const Deadline* deadline = nullptr;
+
+  Source() = default;
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
+  ~Source() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  static int read(void* opaque, uint8_t* buffer, int size) {
+    auto* self = static_cast<Source*>(opaque);
+    if (self->deadline->passed()) return AVERROR_EXIT;
+    const int64_t left = self->size - self->position;
+    if (left <= 0) return AVERROR_EOF;
+    const auto count = static_cast<size_t>(std::min<int64_t>(size, left));
+    ssize_t got = 0;
+    do {
+      got = ::pread(self->fd, buffer, count, self->position);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0) return AVERROR(errno);
+    if (got == 0) return AVERROR_EOF;  // the file shrank since it was opened
+    self->position += got;
+    return static_cast<int>(got);
+  }
+
+  static int64_t seek(void* opaque, int64_t offset, int whence) {
+    auto* self = static_cast<Source*>(opaque);
+    int64_t target = 0;
+    switch (whence & ~AVSEEK_FORCE) {
+      case AVSEEK_SIZE:
+        return self->size;
+      case SEEK_SET:
+        target = offset;
+        break;
+      case SEEK_CUR:
+        target = self->position + offset;
+        break;
+      case SEEK_END:
+        target = self->size + offset;
+        break;
+      default:
+        return AVERROR(EINVAL);
+    }
+    if (target < 0) return AVERROR(EINVAL);
+    self->position = target;
+    return target;
+  }
+};
+
+void free_io_context(AVIOContext* io) {
+  av_freep(&io->buffer);
+  avio_context_free(&io);
+}
+
+Deadline::Deadline(double seconds) : seconds_(seconds) {
+  const auto now = std::chrono::steady_clock::now();
+  // Beyond a century the deadline is "never"; converting it would overflow the clock.
+  constexpr double kNeverSeconds = 100.0 * 365 * 24 * 3600;
+  at_ = seconds >= kNeverSeconds
+            ? std::chrono::steady_clock::time_point::max()
+            : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(seconds));
+}
+
+void Deadline::check(const std::filesystem::path& file, const char* stage) const {
+  PC_MEDIA_CHECK(!passed(), FailureCategory::kTimeout, file.string(), ": still ", stage,
+                 " after the limit of ", seconds_,
+                 " s per file (run.sample_timeout_s); raise it for very long or slow files");
+}
+
+InputFile::InputFile() = default;
+InputFile::InputFile(InputFile&&) noexcept = default;
+InputFile::~InputFile() = default;
+
+InputFile& InputFile::operator=(InputFile&& other) noexcept {
+  // Released in the destructor's order: the demuxer may still use its AVIOContext and
+  // descriptor while it closes.
+  format_ = std::move(other.format_);
+  io_ = std::move(other.io_);
+  source_ = std::move(other.source_);
+  return *this;
+}
 
 FramePtr make_frame() {
   FramePtr frame(av_frame_alloc());
@@ -128,27 +310,88 @@ std::string error_text(int errnum) {
   return buffer;
 }
 
-FormatContextPtr open_input(const std::filesystem::path& file) {
+InputFile open_input(const std::filesystem::path& file, const InputLimits& limits,
+                     const Deadline& deadline) {
   set_log_level_once();
-  check_regular_readable(file);
+  check_path(file, limits);
+
+  InputFile input;
+  input.source_ = std::make_unique<InputFile::Source>();
+  InputFile::Source& source = *input.source_;
+  source.deadline = &deadline;
+  source.fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (source.fd < 0) {
+    const int error = errno;
+    PC_MEDIA_CHECK(error != ENOENT, FailureCategory::kMissing, file.string(), ": no such file");
+    PC_MEDIA_THROW(FailureCategory::kUnreadable, file.string(),
+                   ": cannot open: ", std::strerror(error));
+  }
+  // The path may have been replaced since the stat: what counts is what we opened.
+  struct stat info {};
+  PC_MEDIA_CHECK(::fstat(source.fd, &info) == 0, FailureCategory::kUnreadable, file.string(),
+                 ": cannot stat: ", std::strerror(errno));
+  check_regular_within_cap(info, file, limits);
+  source.size = info.st_size;
+
+  auto* buffer = static_cast<unsigned char*>(av_malloc(kIoBufferBytes));
+  if (buffer == nullptr) throw std::bad_alloc();
+  input.io_.reset(avio_alloc_context(buffer, kIoBufferBytes, /*write_flag=*/0, &source,
+                                     &InputFile::Source::read, nullptr,
+                                     &InputFile::Source::seek));
+  if (!input.io_) {
+    av_free(buffer);
+    throw std::bad_alloc();
+  }
+
+  // avformat_open_input frees the context itself when it fails, so it opens into a raw pointer
+  // that an owner takes only on success. AVFMT_FLAG_CUSTOM_IO is set before the call: FFmpeg
+  // sets it too, but only after steps that can fail, and without it a failure closes our pb.
+  AVFormatContext* raw = avformat_alloc_context();
+  if (raw == nullptr) throw std::bad_alloc();
+  raw->pb = input.io_.get();
+  raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+  raw->interrupt_callback = AVIOInterruptCB{&interrupted, const_cast<Deadline*>(&deadline)};
+  raw->io_open = &refuse_nested_open;
 
   DictionaryPtr options = open_options();
   AVDictionary* unused_options = options.release();
-  // avformat_open_input frees the context itself when it fails, so it opens into a raw pointer
-  // that an owner takes only on success.
-  AVFormatContext* raw = nullptr;
-  const std::string url = "file:" + file.string();
-  const int opened = avformat_open_input(&raw, url.c_str(), nullptr, &unused_options);
+  const int opened = avformat_open_input(&raw, file.c_str(), nullptr, &unused_options);
   options.reset(unused_options);  // FFmpeg hands back the options it did not use
+  if (opened < 0) deadline.check(file, "opening");
   PC_MEDIA_CHECK(opened >= 0, FailureCategory::kDecodeError, file.string(),
                  ": cannot open (avformat_open_input): ", error_text(opened));
-  FormatContextPtr format(raw);
+  input.format_.reset(raw);
 
-  const int probed = avformat_find_stream_info(format.get(), nullptr);
+  // Checked on the container's header, before probing: a probing decoder that refuses a
+  // picture leaves its stream 0x0, which would hide the reason. Streams whose size only
+  // probing finds (MPEG-TS) are checked by the caller.
+  const AVFormatContext* format = input.format_.get();
+  for (unsigned i = 0; limits.max_pixels > 0 && i < format->nb_streams; ++i) {
+    const AVCodecParameters* codecpar = format->streams[i]->codecpar;
+    if (codecpar->codec_type != AVMEDIA_TYPE_VIDEO) continue;
+    PC_MEDIA_CHECK(int64_t{codecpar->width} * codecpar->height <= limits.max_pixels,
+                   FailureCategory::kTooLarge, file.string(), ": the picture is ",
+                   codecpar->width, "x", codecpar->height, ", over the limit of ",
+                   limits.max_pixels, " pixels (video.max_pixels)");
+  }
+
+  // One option set per stream, read by the decoders avformat_find_stream_info opens; it
+  // replaces each with the options it did not use, which we free. Their cap has the same
+  // headroom as open_decoder's.
+  std::vector<AVDictionary*> stream_options(format->nb_streams, nullptr);
+  if (limits.max_pixels > 0) {
+    for (AVDictionary*& stream : stream_options) {
+      av_dict_set_int(&stream, "max_pixels", decoder_pixel_cap(limits.max_pixels), 0);
+    }
+  }
+  const int probed = avformat_find_stream_info(
+      input.format_.get(), stream_options.empty() ? nullptr : stream_options.data());
+  for (AVDictionary*& stream : stream_options) av_dict_free(&stream);
+  if (probed < 0) deadline.check(file, "reading stream information");
   PC_MEDIA_CHECK(
       probed >= 0, FailureCategory::kDecodeError, file.string(),
       ": cannot read stream information (avformat_find_stream_info): ", error_text(probed));
-  return format;
+  return input;
 }
 
 AVStream* find_stream(AVFormatContext* format, AVMediaType type,
@@ -168,6 +411,7 @@ AVStream* find_stream(AVFormatContext* format, AVMediaType type,
 
 CodecContextPtr open_decoder(const AVStream* stream, int threads, int64_t max_pixels,
                              const std::filesystem::path& file) {
+  max_pixels = max_pixels > 0 ? decoder_pixel_cap(max_pixels) : 0;
   const AVCodecID codec_id = stream->codecpar->codec_id;
   const AVCodec* decoder = avcodec_find_decoder(codec_id);
   PC_MEDIA_CHECK(decoder != nullptr, FailureCategory::kUnsupported, file.string(),
@@ -199,7 +443,8 @@ std::optional<int64_t> header_duration(const AVFormatContext* format, const AVSt
 }
 
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
-                      const FrameSink& sink, const std::filesystem::path& file) {
+                      const FrameSink& sink, const Deadline& deadline,
+                      const std::filesystem::path& file) {
   PacketPtr packet = make_packet();
   FramePtr frame = make_frame();
   int64_t frames = 0;
@@ -233,10 +478,13 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
   };
 
   while (true) {
+    deadline.check(file, "decoding");
     const int read = av_read_frame(format, packet.get());
     const PacketUnref unref(packet.get());
     if (read == AVERROR_EOF) break;
     if (read < 0) {
+      // Reads fail once the deadline passes; that is a timeout, not damage.
+      deadline.check(file, "reading packets");
       // A damaged or truncated file: decode what came before, as the ffmpeg CLI does.
       tolerate("av_read_frame", read);
       break;

@@ -1,11 +1,13 @@
 #pragma once
 // The FFmpeg plumbing shared by video_decoder and audio_decoder: one owner per FFmpeg object,
 // FFmpeg's error text, opening an untrusted file (Note [Opening untrusted files] in
-// ffmpeg_common.cpp), opening a decoder, and the send/receive decode loop. Only media/ includes
-// this header; the rest of the pipeline never sees FFmpeg types.
+// ffmpeg_common.cpp) under a per-file deadline (Note [Sample deadline]), opening a decoder, and
+// the send/receive decode loop. Only media/ includes this header; the rest of the pipeline never
+// sees FFmpeg types.
 //
 // Thread-safety: free functions, no shared state apart from FFmpeg's global log level, which is
-// set once (std::call_once) by the first open_input().
+// set once (std::call_once) by the first open_input(). An InputFile or Deadline belongs to the
+// one thread decoding that file.
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -16,6 +18,7 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -45,6 +48,9 @@ using PacketPtr = std::unique_ptr<AVPacket, FreeAddress<AVPacket, av_packet_free
 using DictionaryPtr = std::unique_ptr<AVDictionary, FreeAddress<AVDictionary, av_dict_free>>;
 using SwsContextPtr = std::unique_ptr<SwsContext, FreeValue<SwsContext, sws_freeContext>>;
 using SwrContextPtr = std::unique_ptr<SwrContext, FreeAddress<SwrContext, swr_free>>;
+// A custom AVIOContext and its buffer (FFmpeg may have replaced the buffer we gave it).
+void free_io_context(AVIOContext* io);
+using IoContextPtr = std::unique_ptr<AVIOContext, FreeValue<AVIOContext, free_io_context>>;
 
 // A new frame or packet; throws std::bad_alloc when FFmpeg cannot allocate one.
 FramePtr make_frame();
@@ -66,17 +72,72 @@ class PacketUnref {
 // FFmpeg's text for an AVERROR code.
 std::string error_text(int errnum);
 
-// Opens `file` for demuxing and reads its stream information. Throws MediaError: kMissing when
-// it does not exist, kUnreadable when it is not a readable regular file, kDecodeError when
-// FFmpeg cannot open or probe it (including containers we do not accept).
-FormatContextPtr open_input(const std::filesystem::path& file);
+// Note [Sample deadline]
+// Each decode of a file gets `run.sample_timeout_s` from its start, covering opening, probing,
+// reading packets and decoding. FFmpeg polls it through the AVFormatContext's interrupt callback
+// and our AVIOContext's reads; decode_stream also checks it between packets, so slow decoding
+// counts too. What it cannot stop is one decoder call that never returns: only a process that
+// can be killed (the run's supervisor) bounds that (RELIABILITY.md).
+class Deadline {
+ public:
+  // `seconds` from now; > 0.
+  explicit Deadline(double seconds);
+  bool passed() const { return std::chrono::steady_clock::now() >= at_; }
+  // Throws MediaError kTimeout naming `file`, `stage` and run.sample_timeout_s once passed.
+  void check(const std::filesystem::path& file, const char* stage) const;
+
+ private:
+  std::chrono::steady_clock::time_point at_;
+  double seconds_;
+};
+
+// Caps applied while opening one file.
+struct InputLimits {
+  int64_t max_file_bytes = 0;  // larger files: kTooLarge (run.max_file_bytes); 0: no cap
+  int64_t max_pixels = 0;      // video pictures in the header over this: kTooLarge
+                               // (video.max_pixels), and the probing decoders' cap; 0: none
+};
+
+// A media file opened by us and demuxed by FFmpeg through an AVIOContext that reads only that
+// descriptor (Note [Opening untrusted files] in ffmpeg_common.cpp). Owns, in the order they are
+// released: the AVFormatContext, the AVIOContext, the descriptor.
+class InputFile {
+ public:
+  struct Source;  // the descriptor and what the read callbacks need
+
+  InputFile(InputFile&&) noexcept;
+  InputFile& operator=(InputFile&&) noexcept;
+  ~InputFile();
+
+  AVFormatContext* format() const { return format_.get(); }
+
+ private:
+  friend InputFile open_input(const std::filesystem::path&, const InputLimits&,
+                              const Deadline&);
+  InputFile();
+
+  // Declared in release order reversed: members are destroyed bottom-up.
+  std::unique_ptr<Source> source_;
+  IoContextPtr io_;
+  FormatContextPtr format_;
+};
+
+// Opens `file` for demuxing and reads its stream information, under `deadline` (which must
+// outlive the InputFile). Throws MediaError: kMissing when it does not exist; kUnreadable when
+// it is not a readable regular file (a directory, FIFO, device or socket) or is a URL or FFmpeg
+// protocol rather than a local path; kTooLarge over limits.max_file_bytes; kTimeout when the
+// deadline passes; kDecodeError when FFmpeg cannot open or probe it (including containers we do
+// not accept).
+InputFile open_input(const std::filesystem::path& file, const InputLimits& limits,
+                     const Deadline& deadline);
 
 // The stream of `type` FFmpeg picks as best. Throws MediaError kNoStream ("<file>: no video
 // stream") when there is none; an attached picture (cover art) is not a video stream.
 AVStream* find_stream(AVFormatContext* format, AVMediaType type, const std::filesystem::path& file);
 
 // An opened decoder for `stream`. `threads` is the decoder's thread count (0: FFmpeg's choice);
-// pictures over `max_pixels` are refused by the decoder itself (0: FFmpeg's default cap).
+// pictures well over `max_pixels` (its padded rows included) are refused by the decoder itself
+// (0: FFmpeg's default cap).
 // Throws MediaError kUnsupported when this build has no decoder for the codec, kDecodeError
 // when it cannot be opened.
 CodecContextPtr open_decoder(const AVStream* stream, int threads, int64_t max_pixels,
@@ -94,9 +155,10 @@ using FrameSink = std::function<bool(AVFrame* frame)>;
 // Runs FFmpeg's send/receive state machine over `stream` from the current read position to the
 // end (or until `sink` returns false). Corrupt packets and read errors in the middle are
 // tolerated, counted and logged at debug level; when not a single frame could be decoded it
-// throws MediaError kDecodeError naming the file and FFmpeg's last error. Returns the number of
-// frames given to `sink`.
+// throws MediaError kDecodeError naming the file and FFmpeg's last error, and kTimeout once
+// `deadline` has passed. Returns the number of frames given to `sink`.
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
-                      const FrameSink& sink, const std::filesystem::path& file);
+                      const FrameSink& sink, const Deadline& deadline,
+                      const std::filesystem::path& file);
 
 }  // namespace precompute::ffmpeg

@@ -15,7 +15,6 @@ namespace precompute {
 namespace {
 
 using ffmpeg::CodecContextPtr;
-using ffmpeg::FormatContextPtr;
 using ffmpeg::FramePtr;
 using ffmpeg::PacketPtr;
 using ffmpeg::SwsContextPtr;
@@ -73,14 +72,19 @@ std::vector<int64_t> sample_offsets(int64_t duration, AVRational time_base,
 // The duration of a stream whose headers have none, from one pass over its packets: the end of
 // the last packet (pts + duration) from the stream's start.
 int64_t measure_duration(AVFormatContext* format, const AVStream* stream,
-                         const std::filesystem::path& file) {
+                         const ffmpeg::Deadline& deadline, const std::filesystem::path& file) {
   PacketPtr packet = ffmpeg::make_packet();
   int64_t first = AV_NOPTS_VALUE;
   int64_t end = AV_NOPTS_VALUE;
   while (true) {
+    deadline.check(file, "measuring the duration");
     const int read = av_read_frame(format, packet.get());
     const ffmpeg::PacketUnref unref(packet.get());
-    if (read < 0) break;  // the end, or damage: decoding will tell which parts are usable
+    if (read < 0) {
+      // Reads fail once the deadline passes; that is a timeout, not damage.
+      deadline.check(file, "measuring the duration");
+      break;  // the end, or damage: decoding will tell which parts are usable
+    }
     if (packet->stream_index != stream->index) continue;
     const int64_t ts = packet->pts != AV_NOPTS_VALUE ? packet->pts : packet->dts;
     if (ts == AV_NOPTS_VALUE) continue;
@@ -234,7 +238,7 @@ class RgbConverter {
 
 }  // namespace
 
-VideoDecodeOptions video_decode_options(const VideoSection& section) {
+VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSection& run) {
   VideoDecodeOptions options;
   options.fps = section.fps;
   options.num_frames = section.num_frames;
@@ -244,29 +248,38 @@ VideoDecodeOptions video_decode_options(const VideoSection& section) {
   options.max_duration_s = section.max_duration_s;
   options.max_frames = section.max_frames;
   options.threads = section.decoder_threads;
+  options.max_pixels = section.max_pixels;
+  options.max_decoded_frames = section.max_decoded_frames;
+  options.timeout_s = run.sample_timeout_s;
+  options.max_file_bytes = run.max_file_bytes;
   return options;
 }
 
 VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options) {
   PC_ASSERT((options.fps > 0) != (options.num_frames > 0),
             "exactly one of fps and num_frames must be set");
-  PC_ASSERT(options.width > 0 && options.height > 0);
+  PC_ASSERT(options.width > 0 && options.height > 0 && options.max_pixels > 0);
 
-  FormatContextPtr format = ffmpeg::open_input(file);
-  const AVStream* stream = ffmpeg::find_stream(format.get(), AVMEDIA_TYPE_VIDEO, file);
+  const ffmpeg::Deadline deadline(options.timeout_s);
+  const ffmpeg::InputLimits limits{options.max_file_bytes, options.max_pixels};
+  ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
+  const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_VIDEO, file);
   const int width = stream->codecpar->width;
   const int height = stream->codecpar->height;
   PC_MEDIA_CHECK(int64_t{width} * height <= options.max_pixels, FailureCategory::kTooLarge,
                  file.string(), ": the picture is ", width, "x", height, ", over the limit of ",
-                 options.max_pixels, " pixels");
+                 options.max_pixels, " pixels (video.max_pixels)");
 
-  std::optional<int64_t> duration = ffmpeg::header_duration(format.get(), stream);
+  std::optional<int64_t> duration = ffmpeg::header_duration(input.format(), stream);
   if (!duration) {
-    duration = measure_duration(format.get(), stream, file);
+    duration = measure_duration(input.format(), stream, deadline, file);
     // Reading from the start again: reopening works for every container, seeking does not.
     const int index = stream->index;
-    format = ffmpeg::open_input(file);
-    stream = format->streams[index];
+    input = ffmpeg::open_input(file, limits, deadline);
+    PC_MEDIA_CHECK(index < static_cast<int>(input.format()->nb_streams),
+                   FailureCategory::kDecodeError, file.string(),
+                   ": the file changed while it was read");
+    stream = input.format()->streams[index];
   }
   const AVRational time_base = stream->time_base;
   const double duration_s = static_cast<double>(*duration) * av_q2d(time_base);
@@ -289,16 +302,14 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   out.duration_s = duration_s;
 
   // The decoder refuses to allocate pictures over its cap before we see them, a backstop for
-  // streams whose frames grow past their header's size. It counts rows padded to its stride
-  // alignment (up to 64 pixels wider), hence the headroom; the exact limit is checked on the
-  // header above and on every frame below.
-  CodecContextPtr codec =
-      ffmpeg::open_decoder(stream, options.threads, 2 * options.max_pixels, file);
+  // streams whose frames grow past their header's size; the exact limit is checked on every
+  // frame below.
+  CodecContextPtr codec = ffmpeg::open_decoder(stream, options.threads, options.max_pixels, file);
   RgbConverter converter(options, file);
 
   // A frame without a timestamp is put one frame period after the previous one.
   const AVRational frame_rate =
-      av_guess_frame_rate(format.get(), const_cast<AVStream*>(stream), nullptr);
+      av_guess_frame_rate(input.format(), const_cast<AVStream*>(stream), nullptr);
   const int64_t frame_period =
       frame_rate.num > 0 ? std::max<int64_t>(1, av_rescale_q(1, av_inv_q(frame_rate), time_base))
                          : 1;
@@ -309,6 +320,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   int64_t frame_number = -1;      // of the previous frame, counting decoded frames from 0
   int64_t converted_number = -1;  // the frame in the last filled slot
   int64_t next = 0;               // the next target to fill
+  int64_t decoded = 0;            // frames out of the decoder, for video.max_decoded_frames
 
   // Fills the next slot with `frame`, decoded as number `number` at `pts`.
   const auto fill = [&](const AVFrame& frame, int64_t number, int64_t pts) {
@@ -324,9 +336,13 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   };
 
   const auto sink = [&](AVFrame* frame) -> bool {
+    PC_MEDIA_CHECK(++decoded <= options.max_decoded_frames, FailureCategory::kTooLong,
+                   file.string(), ": decoded more than ", options.max_decoded_frames,
+                   " frames, the limit per sample (video.max_decoded_frames)");
     PC_MEDIA_CHECK(int64_t{frame->width} * frame->height <= options.max_pixels,
                    FailureCategory::kTooLarge, file.string(), ": a frame is ", frame->width, "x",
-                   frame->height, ", over the limit of ", options.max_pixels, " pixels");
+                   frame->height, ", over the limit of ", options.max_pixels,
+                   " pixels (video.max_pixels)");
     int64_t pts = frame->best_effort_timestamp;
     if (pts == AV_NOPTS_VALUE) {
       pts = previous_pts == AV_NOPTS_VALUE ? 0 : previous_pts + frame_period;
@@ -348,7 +364,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     frame_number = number;
     return true;
   };
-  ffmpeg::decode_stream(format.get(), stream, codec.get(), sink, file);
+  ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file);
 
   // Targets past the last frame show the last frame.
   while (next < count) fill(*previous, frame_number, previous_pts);

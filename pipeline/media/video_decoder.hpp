@@ -21,12 +21,16 @@ struct VideoDecodeOptions {
   int max_frames = 4096;               // fps sampling yields at most this many frames
   int threads = 1;                     // FFmpeg decoder threads; 0: FFmpeg's choice
   int64_t max_pixels = 8192LL * 8192;  // coded width * height above this: MediaError kTooLarge
+  int64_t max_decoded_frames = 1000000;  // frames out of the decoder, at most: kTooLong
+  double timeout_s = 600.0;              // the whole decode of the file, at most: kTimeout
+  int64_t max_file_bytes = 64LL << 30;   // larger files: kTooLarge
 };
 
-VideoDecodeOptions video_decode_options(const VideoSection& section);
+// The options of `section`, with the per-file limits of `run`.
+VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSection& run);
 
 // Throws MediaError with the failure category (missing, unreadable, no_stream, decode_error,
-// too_long, too_large) and a message naming the file.
+// too_long, too_large, timeout, unsupported) and a message naming the file.
 VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options);
 
 }  // namespace precompute

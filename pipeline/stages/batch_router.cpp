@@ -99,17 +99,16 @@ BatchLimits batch_limits(const Config& config, Modality m) {
   return limits;
 }
 
-BatchRouter::BatchRouter(const Config& config, int64_t total_samples)
-    : total_samples_(total_samples), shard_size_(config.output.shard_size) {
+BatchRouter::BatchRouter(const Config& config, const ShardPlan& plan) : plan_(&plan) {
   for (Modality m : kAllModalities) {
     if (config.enabled(m)) batchers_[modality_index(m)].emplace(m, batch_limits(config, m));
   }
 }
 
 BatchRouter::Routed BatchRouter::route(PreparedSamplePtr sample) {
-  PC_ASSERT(sample->seq == next_seq_, "batch router got seq ", sample->seq, ", expected ",
-            next_seq_);
-  ++next_seq_;
+  PC_ASSERT(sample->order == next_order_, "batch router got sample ", sample->order,
+            " of the run, expected ", next_order_);
+  ++next_order_;
   Routed out;
   out.outline.seq = sample->seq;
   out.outline.id = sample->id;
@@ -120,7 +119,7 @@ BatchRouter::Routed BatchRouter::route(PreparedSamplePtr sample) {
     out.outline.expected[modality_index(m)] = true;
     batcher->add(sample, out.batches);
   }
-  const bool shard_end = (sample->seq + 1) % shard_size_ == 0 || sample->seq + 1 == total_samples_;
+  const bool shard_end = plan_->closes_range(sample->seq);
   if (shard_end) {
     for (auto& batcher : batchers_) {
       if (!batcher) continue;

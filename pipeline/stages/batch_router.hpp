@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pipeline/core/config.hpp"
+#include "pipeline/stages/shard_plan.hpp"
 #include "pipeline/stages/stage_messages.hpp"
 
 namespace precompute {
@@ -51,20 +52,20 @@ BatchLimits batch_limits(const Config& config, Modality m);
 
 class BatchRouter {
  public:
-  BatchRouter(const Config& config, int64_t total_samples);
+  // `plan` must outlive the router.
+  BatchRouter(const Config& config, const ShardPlan& plan);
 
   struct Routed {
     SampleOutline outline;
     std::vector<ModalityBatch> batches;  // ready to encode, any modality
   };
-  // Takes the next sample in seq order.
+  // Takes the next sample in run order (SampleSpec::order).
   Routed route(PreparedSamplePtr sample);
   size_t pending(Modality m) const { return batchers_[modality_index(m)]->pending(); }
 
  private:
-  int64_t total_samples_;
-  int64_t shard_size_;
-  int64_t next_seq_ = 0;
+  const ShardPlan* plan_;
+  int64_t next_order_ = 0;
   std::array<std::optional<ModalityBatcher>, kNumModalities> batchers_;
 };
 

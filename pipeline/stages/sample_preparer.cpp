@@ -19,6 +19,7 @@ struct SamplePreparer::State {
   bool text = false;
   VideoDecodeOptions video_options;
   AudioDecodeOptions audio_options;
+  int64_t max_text_bytes = 0;
   std::optional<WordPieceTokenizer> tokenizer;
 };
 
@@ -27,9 +28,10 @@ SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&
   state->video = config.video.enabled;
   state->audio = config.audio.enabled;
   state->text = config.text.enabled;
-  if (state->video) state->video_options = video_decode_options(config.video);
-  if (state->audio) state->audio_options = audio_decode_options(config.audio);
+  if (state->video) state->video_options = video_decode_options(config.video, config.run);
+  if (state->audio) state->audio_options = audio_decode_options(config.audio, config.run);
   if (state->text) {
+    state->max_text_bytes = config.text.max_text_bytes;
     state->tokenizer = make_text_tokenizer(config.text);
   }
   state_ = std::move(state);
@@ -65,6 +67,7 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
   const State& s = *state_;
   auto out = std::make_shared<PreparedSample>();
   out->seq = spec.seq;
+  out->order = spec.order;
   out->id = spec.id;
   if (s.video && spec.video) {
     prepare_one(spec, Modality::kVideo, *out,
@@ -78,6 +81,11 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
   }
   if (s.text && spec.text) {
     prepare_one(spec, Modality::kText, *out, [&] {
+      // Checked before tokenising: the tokenizer's work and memory grow with the caption.
+      PC_MEDIA_CHECK(static_cast<int64_t>(spec.text->size()) <= s.max_text_bytes,
+                     FailureCategory::kTooLarge, "sample '", spec.id, "': the caption is ",
+                     spec.text->size(), " bytes, over the limit of ", s.max_text_bytes,
+                     " bytes (text.max_text_bytes)");
       PC_MEDIA_CHECK(spec.text->find_first_not_of(" \t\r\n\v\f") != std::string::npos,
                      FailureCategory::kBadText, "sample '", spec.id,
                      "': the caption is empty; give it text or leave 'text' out");

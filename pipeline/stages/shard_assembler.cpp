@@ -15,12 +15,9 @@ namespace precompute {
 // construction; `precompute inspect` and the tests count ids + failed-only samples against the
 // input.
 
-ShardAssembler::ShardAssembler(ShardCommitter& committer, int64_t total_samples,
-                               int64_t shard_size, RunStats& stats)
-    : committer_(&committer),
-      total_samples_(total_samples),
-      shard_size_(shard_size),
-      stats_(&stats) {}
+ShardAssembler::ShardAssembler(ShardCommitter& committer, const ShardPlan& plan,
+                               RunStats& stats)
+    : committer_(&committer), plan_(&plan), stats_(&stats) {}
 
 int64_t ShardAssembler::add(const WriterMessage& message) {
   if (const auto* outline = std::get_if<SampleOutline>(&message)) return add_outline(*outline);
@@ -28,7 +25,7 @@ int64_t ShardAssembler::add(const WriterMessage& message) {
 }
 
 ShardAssembler::PendingSample& ShardAssembler::pending(int64_t seq) {
-  PC_ASSERT(seq >= 0 && seq < total_samples_, "seq ", seq, " outside the input");
+  plan_->range_of(seq);  // asserts that the position belongs to this run
   return pending_[seq];
 }
 
@@ -70,12 +67,13 @@ int64_t ShardAssembler::complete_if_ready(int64_t seq) {
   auto& p = it->second;
   if (!p.outlined || p.expected != p.received) return 0;
 
-  const int64_t shard_index = seq / shard_size_;
+  const ShardRange& range = plan_->range_of(seq);
+  const int64_t shard_index = range.shard_index;
   auto& shard = open_shards_[shard_index];
   if (shard.completed == 0) {
     shard.contents.shard_index = shard_index;
-    shard.contents.first_seq = shard_index * shard_size_;
-    shard.contents.seq_count = std::min(shard_size_, total_samples_ - shard.contents.first_seq);
+    shard.contents.first_seq = range.first_seq;
+    shard.contents.seq_count = range.seq_count;
   }
   const bool any_embedding = std::any_of(p.embeddings.begin(), p.embeddings.end(),
                                          [](const auto& e) { return e.has_value(); });
@@ -107,6 +105,15 @@ void ShardAssembler::submit_shard(int64_t shard_index) {
                      return a.seq != b.seq ? a.seq < b.seq : a.modality < b.modality;
                    });
   committer_->submit(std::move(contents));
+}
+
+void ShardAssembler::preload(ShardContents kept) {
+  const int64_t index = kept.shard_index;
+  PC_ASSERT(open_shards_.count(index) == 0, "shard ", index, " preloaded twice");
+  PC_ASSERT(kept.failures.empty(), "kept samples of shard ", index, " have failure records");
+  auto& shard = open_shards_[index];
+  shard.completed = static_cast<int64_t>(kept.samples.size());
+  shard.contents = std::move(kept);
 }
 
 size_t ShardAssembler::samples_held() const {

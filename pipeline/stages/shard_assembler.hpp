@@ -11,6 +11,7 @@
 
 #include "pipeline/stages/stage_messages.hpp"
 #include "pipeline/stages/shard_committer.hpp"
+#include "pipeline/stages/shard_plan.hpp"
 
 namespace precompute {
 
@@ -18,9 +19,9 @@ struct RunStats;
 
 class ShardAssembler {
  public:
-  // Complete shards of `total_samples` / `shard_size` go to `committer`.
-  ShardAssembler(ShardCommitter& committer, int64_t total_samples, int64_t shard_size,
-                 RunStats& stats);
+  // Each range of `plan` becomes one shard, handed to `committer` once complete. `plan` must
+  // outlive the assembler.
+  ShardAssembler(ShardCommitter& committer, const ShardPlan& plan, RunStats& stats);
 
   // Each returns the number of samples the message completed (the in-flight limit is lowered by
   // that much).
@@ -28,6 +29,10 @@ class ShardAssembler {
   int64_t add(const WriterMessage& message);
   int64_t add_outline(SampleOutline outline);
   int64_t add_batch(EncodedBatch batch);
+
+  // Starts a shard with samples kept from its earlier version (--retry-failed redoes only the
+  // failed samples of a committed shard); the run then supplies the rest of its range.
+  void preload(ShardContents kept);
 
   // Samples received but not yet handed to the committer.
   size_t samples_held() const;
@@ -52,8 +57,7 @@ class ShardAssembler {
   void submit_shard(int64_t shard_index);
 
   ShardCommitter* committer_;
-  int64_t total_samples_;
-  int64_t shard_size_;
+  const ShardPlan* plan_;
   RunStats* stats_;
   std::unordered_map<int64_t, PendingSample> pending_;
   std::map<int64_t, OpenShard> open_shards_;

@@ -131,10 +131,13 @@ void ShardCommitter::write(const Image& image) {
   entry.modality_counts = image.modality_counts;
   entry.bytes = committed.bytes;
   entry.sha256 = committed.sha256;
-  // Only this thread touches the index while the run goes on.
+  // Only this thread touches the index while the run goes on. A shard redone by
+  // --retry-failed replaces its own entry.
+  std::erase_if(index_.shards,
+                [&](const IndexEntry& e) { return e.shard_index == entry.shard_index; });
   index_.shards.push_back(entry);
   std::sort(index_.shards.begin(), index_.shards.end(),
-            [](const IndexEntry& a, const IndexEntry& b) { return a.shard_index < b.shard_index; });
+            [](const IndexEntry& a, const IndexEntry& b) { return a.first_seq < b.first_seq; });
   write_index(output_dir_, index_);
 
   stats_->shards_written.fetch_add(1, std::memory_order_relaxed);

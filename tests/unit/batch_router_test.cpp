@@ -8,6 +8,7 @@ namespace {
 PreparedSamplePtr text_sample(int64_t seq, size_t tokens) {
   auto s = std::make_shared<PreparedSample>();
   s->seq = seq;
+  s->order = seq;
   s->id = std::to_string(seq);
   s->text.emplace();
   s->text->ids.assign(tokens, 5);
@@ -17,6 +18,7 @@ PreparedSamplePtr text_sample(int64_t seq, size_t tokens) {
 PreparedSamplePtr video_sample(int64_t seq, int64_t frames) {
   auto s = std::make_shared<PreparedSample>();
   s->seq = seq;
+  s->order = seq;
   s->id = std::to_string(seq);
   s->video.emplace();
   s->video->num_frames = frames;
@@ -83,7 +85,8 @@ TEST(BatchRouterTest, FlushesAtShardBoundariesAndOutlinesEverySample) {
   c.video.enabled = true;
   c.video.batch_size = 100;
   c.output.shard_size = 5;
-  BatchRouter router(c, 12);
+  const auto plan = ShardPlan::cover(12, 5, {});
+  BatchRouter router(c, plan);
   std::vector<ModalityBatch> batches;
   for (int64_t seq = 0; seq < 12; ++seq) {
     auto s = seq % 3 == 0 ? video_sample(seq, 2) : text_sample(seq, 3);

@@ -52,7 +52,8 @@ TEST(ShardAssemblerTest, WritesAShardOnlyWhenEverySampleOfItsRangeIsComplete) {
   testing::TempDir dir;
   RunStats stats;
   ShardCommitter committer(dir.path(), make_index(5, 3), stats);
-  ShardAssembler a(committer, 5, 3, stats);
+  const auto plan = ShardPlan::cover(5, 3, {});
+  ShardAssembler a(committer, plan, stats);
 
   // Parts arrive out of order: text batch before the outlines, shard 1 before shard 0.
   EncodedBatch text{Modality::kText, {embedding(0, 1), embedding(1, 2), embedding(4, 5)}, {}};
@@ -110,6 +111,70 @@ TEST(ShardCommitterTest, AFailedCommitIsReportedAndStopsLaterCommits) {
   shard.first_seq = 2;
   EXPECT_THROW(committer.submit(shard), StorageError);
   EXPECT_EQ(stats.shards_written.load(), 0);
+}
+
+TEST(ShardPlanTest, ACleanRunCutsWholeSlotsAndTheLastShortOne) {
+  const auto plan = ShardPlan::cover(10, 4, {});
+  EXPECT_EQ(plan.ranges(), (std::vector<ShardRange>{{0, 0, 4}, {1, 4, 4}, {2, 8, 2}}));
+  EXPECT_EQ(plan.range_of(5).shard_index, 1);
+  EXPECT_TRUE(plan.closes_range(7));
+  EXPECT_FALSE(plan.closes_range(6));
+  EXPECT_THROW(plan.range_of(10), InternalError);
+}
+
+TEST(ShardPlanTest, AResumeCoversOnlyTheGapsWithTheShardsACleanRunWouldWrite) {
+  // Shards 0 and 2 committed: the resume writes exactly shards 1 and 3.
+  const auto plan = ShardPlan::cover(14, 4, {{2, 8, 4}, {0, 0, 4}});
+  EXPECT_EQ(plan.ranges(), (std::vector<ShardRange>{{1, 4, 4}, {3, 12, 2}}));
+  EXPECT_EQ(plan.samples(), 6);
+}
+
+TEST(ShardPlanTest, AGrownInputFillsTheOldLastSlotThenWholeOnes) {
+  // 10 samples in shards of 4 were committed (the last one short); the input grew to 17.
+  const auto plan = ShardPlan::cover(17, 4, {{0, 0, 4}, {1, 4, 4}, {2, 8, 2}});
+  // [10, 12) completes slot 2 under a new number; 12.. are slots 3 and 4 as in a clean run.
+  EXPECT_EQ(plan.ranges(), (std::vector<ShardRange>{{5, 10, 2}, {3, 12, 4}, {4, 16, 1}}));
+  // The same input and history always give the same plan.
+  EXPECT_EQ(plan.ranges(), ShardPlan::cover(17, 4, {{2, 8, 2}, {1, 4, 4}, {0, 0, 4}}).ranges());
+}
+
+TEST(ShardPlanTest, AChangedShardSizeStillCoversEveryGapOnce) {
+  const auto plan = ShardPlan::cover(20, 8, {{0, 0, 5}, {1, 5, 5}});
+  EXPECT_EQ(plan.ranges(), (std::vector<ShardRange>{{3, 10, 6}, {2, 16, 4}}));
+}
+
+TEST(ShardPlanTest, RedoneShardsCloseAtTheirLastProcessedPosition) {
+  const ShardPlan plan({{0, 0, 4}, {1, 4, 4}}, {2, 7});
+  EXPECT_TRUE(plan.closes_range(2));
+  EXPECT_FALSE(plan.closes_range(3));
+  EXPECT_TRUE(plan.closes_range(7));
+}
+
+TEST(ShardAssemblerTest, APreloadedShardCompletesWithTheRedoneSamplesOnly) {
+  testing::TempDir dir;
+  RunStats stats;
+  ShardCommitter committer(dir.path(), make_index(3, 3), stats);
+  const ShardPlan plan({{0, 0, 3}}, {1});
+  ShardAssembler a(committer, plan, stats);
+  ShardContents kept;
+  kept.shard_index = 0;
+  kept.first_seq = 0;
+  kept.seq_count = 3;
+  for (int64_t seq : {0, 2}) {
+    ShardSample s{seq, "id" + std::to_string(seq), {}};
+    s.embeddings[modality_index(Modality::kText)] = embedding(seq, 1.0f + static_cast<float>(seq));
+    kept.samples.push_back(std::move(s));
+  }
+  a.preload(std::move(kept));
+  EXPECT_EQ(a.add(WriterMessage(outline(1, false, true))), 0);
+  EncodedBatch text{Modality::kText, {embedding(1, 9)}, {}};
+  EXPECT_EQ(a.add(WriterMessage(std::make_shared<EncodedBatch>(text))), 1);
+  committer.finish();
+  const auto shard = read_shard(dir / "shard-000000.h5");
+  ASSERT_EQ(shard.contents.samples.size(), 3u);
+  EXPECT_EQ(shard.contents.samples[1].id, "id1");  // in seq order
+  EXPECT_FLOAT_EQ(
+      shard.contents.samples[1].embeddings[modality_index(Modality::kText)]->values[0], 9.0f);
 }
 
 }  // namespace

@@ -10,5 +10,9 @@ inline constexpr int kExitInvalidInput = 65;      // the manifest or input folde
 inline constexpr int kExitInternal = 70;          // a bug in precompute
 inline constexpr int kExitOutputUnavailable = 73; // output folder cannot be created or written
 inline constexpr int kExitIoError = 74;           // writing or reading the output failed
+inline constexpr int kExitOutputLocked = 69;      // another run is writing the output folder
+inline constexpr int kExitRestart = 75;           // temporary failure: rerun the same command
+// A run stopped by SIGINT or SIGTERM exits with 128 + the signal (130, 143), after committing
+// its complete shards: rerun the same command to resume.
 
 }  // namespace precompute

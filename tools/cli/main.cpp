@@ -14,7 +14,9 @@ namespace precompute {
 namespace {
 
 int exit_code_for(const Error& e) {
+  if (dynamic_cast<const OutputLockedError*>(&e) != nullptr) return kExitOutputLocked;
   if (dynamic_cast<const OutputFolderError*>(&e) != nullptr) return kExitOutputUnavailable;
+  if (const auto* stopped = dynamic_cast<const StoppedError*>(&e)) return 128 + stopped->signal();
   switch (e.kind()) {
     case ErrorKind::kConfig:
     case ErrorKind::kModel:
@@ -23,6 +25,8 @@ int exit_code_for(const Error& e) {
       return kExitInvalidInput;
     case ErrorKind::kStorage:
       return kExitIoError;
+    case ErrorKind::kStopped:
+      return kExitRestart;  // not reached: a StoppedError has its signal
     case ErrorKind::kMedia:
     case ErrorKind::kInternal:
       return kExitInternal;

@@ -7,9 +7,11 @@
 #include "encoders/bert/text_settings.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/logging.hpp"
+#include "pipeline/core/stop_request.hpp"
 #include "pipeline/runner.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/exit_codes.hpp"
+#include "tools/cli/supervisor.hpp"
 
 namespace precompute {
 
@@ -21,6 +23,8 @@ CommandFn add_run_command(CLI::App& app) {
     int64_t shard_size = 0;
     double progress_interval = -1;
     bool overwrite = false;
+    bool retry_failed = false;
+    bool no_supervisor = false;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("run", "Embed every sample of the input into HDF5 shards");
@@ -42,7 +46,14 @@ CommandFn add_run_command(CLI::App& app) {
                   "Seconds between progress lines (0: none)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn, error, off");
-  cmd->add_flag("--overwrite", o->overwrite, "Replace an earlier run in the output folder");
+  cmd->add_flag("--overwrite", o->overwrite,
+                "Start over: remove an earlier run's files from the output folder (by default "
+                "a rerun resumes it)");
+  cmd->add_flag("--retry-failed", o->retry_failed,
+                "Resume, and also redo the samples that have failure records");
+  cmd->add_flag("--no-supervisor", o->no_supervisor,
+                "Run in this process, without a supervisor that restarts the run after a "
+                "decoder crash (for debuggers)");
 
   return [o]() {
     Config config = load_config(o->config);
@@ -57,12 +68,21 @@ CommandFn add_run_command(CLI::App& app) {
     if (o->torch_threads >= 0) overrides.torch_threads = o->torch_threads;
     if (!o->log_level.empty()) overrides.log_level = o->log_level;
     overrides.overwrite = o->overwrite;
+    overrides.retry_failed = o->retry_failed;
+    overrides.no_supervisor = o->no_supervisor;
     apply_overrides(config, overrides);
     if (o->progress_interval >= 0) config.run.progress_interval_s = o->progress_interval;
     if (config.text.enabled) resolve_text_settings(config.text);
     validate(config);
     setup_logging(config.run.log_level);
 
+    if (config.run.supervise) {
+      // Forks before anything starts threads or the GPU; the parent only waits and restarts.
+      if (const auto exit_code = supervise(config.output.path, config.run.max_restarts)) {
+        return *exit_code;
+      }
+    }
+    install_stop_handlers();
     const auto summary = run_precompute(config);
     spdlog::info("done: {}", format_summary(summary));
     if (summary.over_failure_limit(config.run)) {

@@ -1,0 +1,48 @@
+#include "pipeline/core/stop_request.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+
+namespace precompute {
+
+// Note [Stopping on a signal]
+// The handler only stores to a lock-free atomic (async-signal-safe). The graph's source polls
+// stop_requested() before it takes the next sample; samples already in flight run to the
+// writer, complete shards are committed, the partial one is dropped (its samples are redone on
+// resume). Work in flight is bounded by run.max_in_flight samples and each sample by
+// run.sample_timeout_s, so the stop takes bounded time. Someone who does not want to wait sends
+// the signal again: the process exits at once with the same code.
+
+namespace {
+
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void on_signal(int signal) {
+  if (g_signal.exchange(signal) != 0) _exit(128 + signal);
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  // Restart interrupted system calls: the stop is polled, nobody needs EINTR.
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+void request_stop(int signal) {
+  int expected = 0;
+  g_signal.compare_exchange_strong(expected, signal);
+}
+
+bool stop_requested() { return g_signal.load(std::memory_order_relaxed) != 0; }
+
+int stop_signal() { return g_signal.load(); }
+
+}  // namespace precompute

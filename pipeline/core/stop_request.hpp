@@ -1,0 +1,18 @@
+#pragma once
+// A graceful stop asked for by SIGINT or SIGTERM: the source stops taking samples, complete
+// shards are committed, and the run exits with 128 + the signal so that a scheduler sees it was
+// interrupted (Note [Stopping on a signal] in stop_request.cpp). A second signal exits at once,
+// which is safe because only committed shards count (docs/reliability.md).
+
+namespace precompute {
+
+// Installs the SIGINT and SIGTERM handlers of a run. Idempotent.
+void install_stop_handlers();
+// Asks the run to stop as if `signal` had arrived (tests, the watchdog's callers).
+void request_stop(int signal);
+// True once a stop was asked for; cheap enough to poll per sample.
+bool stop_requested();
+// The signal that asked for the stop; 0 when none did.
+int stop_signal();
+
+}  // namespace precompute

@@ -1,0 +1,17 @@
+#pragma once
+// The process that watches a run (Note [Crash containment] in pipeline/crash_containment.cpp):
+// it forks the run as a child, forwards SIGINT and SIGTERM to it, and when the child dies of a
+// crash signal or exits with 75 (its watchdog found a stuck decoder), quarantines the samples
+// that were in flight and starts it again, which resumes from the committed shards.
+
+#include <filesystem>
+#include <optional>
+
+namespace precompute {
+
+// Forks. In the child returns std::nullopt at once: the caller runs the job and exits. In the
+// parent returns the exit code to end with: the child's, once it ends other than by a crash, or
+// kExitInternal after `max_restarts` crashes in a row that quarantined nothing new.
+std::optional<int> supervise(const std::filesystem::path& output_dir, int max_restarts);
+
+}  // namespace precompute
