@@ -4,8 +4,8 @@ extern "C" {
 #include <libavutil/log.h>
 }
 
-#include <spdlog/spdlog.h>
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -147,8 +147,7 @@ std::optional<std::string> missing_path_protocol(const std::filesystem::path& fi
 void check_regular_within_cap(const struct stat& info, const std::filesystem::path& file,
                               const InputLimits& limits) {
   PC_MEDIA_CHECK(S_ISREG(info.st_mode), FailureCategory::kUnreadable, file.string(), ": ",
-                 file_type_name(info.st_mode),
-                 ", not a regular file; only media files are read");
+                 file_type_name(info.st_mode), ", not a regular file; only media files are read");
   PC_MEDIA_CHECK(limits.max_file_bytes <= 0 || info.st_size <= limits.max_file_bytes,
                  FailureCategory::kTooLarge, file.string(), ": the file is ", info.st_size,
                  " bytes, over the limit of ", limits.max_file_bytes,
@@ -336,8 +335,7 @@ InputFile open_input(const std::filesystem::path& file, const InputLimits& limit
   auto* buffer = static_cast<unsigned char*>(av_malloc(kIoBufferBytes));
   if (buffer == nullptr) throw std::bad_alloc();
   input.io_.reset(avio_alloc_context(buffer, kIoBufferBytes, /*write_flag=*/0, &source,
-                                     &InputFile::Source::read, nullptr,
-                                     &InputFile::Source::seek));
+                                     &InputFile::Source::read, nullptr, &InputFile::Source::seek));
   if (!input.io_) {
     av_free(buffer);
     throw std::bad_alloc();
@@ -370,9 +368,9 @@ InputFile open_input(const std::filesystem::path& file, const InputLimits& limit
     const AVCodecParameters* codecpar = format->streams[i]->codecpar;
     if (codecpar->codec_type != AVMEDIA_TYPE_VIDEO) continue;
     PC_MEDIA_CHECK(int64_t{codecpar->width} * codecpar->height <= limits.max_pixels,
-                   FailureCategory::kTooLarge, file.string(), ": the picture is ",
-                   codecpar->width, "x", codecpar->height, ", over the limit of ",
-                   limits.max_pixels, " pixels (video.max_pixels)");
+                   FailureCategory::kTooLarge, file.string(), ": the picture is ", codecpar->width,
+                   "x", codecpar->height, ", over the limit of ", limits.max_pixels,
+                   " pixels (video.max_pixels)");
   }
 
   // One option set per stream, read by the decoders avformat_find_stream_info opens; it
@@ -481,10 +479,11 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
     deadline.check(file, "decoding");
     const int read = av_read_frame(format, packet.get());
     const PacketUnref unref(packet.get());
+    // Reads fail once the deadline passes, and a demuxer may report that as the end of the
+    // file: either is a timeout, not the end or damage.
+    if (read < 0) deadline.check(file, "reading packets");
     if (read == AVERROR_EOF) break;
     if (read < 0) {
-      // Reads fail once the deadline passes; that is a timeout, not damage.
-      deadline.check(file, "reading packets");
       // A damaged or truncated file: decode what came before, as the ffmpeg CLI does.
       tolerate("av_read_frame", read);
       break;

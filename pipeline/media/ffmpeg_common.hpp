@@ -112,8 +112,7 @@ class InputFile {
   AVFormatContext* format() const { return format_.get(); }
 
  private:
-  friend InputFile open_input(const std::filesystem::path&, const InputLimits&,
-                              const Deadline&);
+  friend InputFile open_input(const std::filesystem::path&, const InputLimits&, const Deadline&);
   InputFile();
 
   // Declared in release order reversed: members are destroyed bottom-up.

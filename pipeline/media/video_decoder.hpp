@@ -12,15 +12,15 @@
 namespace precompute {
 
 struct VideoDecodeOptions {
-  double fps = 0.0;     // frames per second of video, or ...
-  int num_frames = 0;   // ... this many frames spread evenly over the clip (exactly one is > 0)
-  int height = 224;     // output frame size
+  double fps = 0.0;    // frames per second of video, or ...
+  int num_frames = 0;  // ... this many frames spread evenly over the clip (exactly one is > 0)
+  int height = 224;    // output frame size
   int width = 224;
   ResizeMode resize = ResizeMode::kShorterSideCrop;
-  double max_duration_s = 4 * 3600.0;  // longer clips: MediaError kTooLong
-  int max_frames = 4096;               // fps sampling yields at most this many frames
-  int threads = 1;                     // FFmpeg decoder threads; 0: FFmpeg's choice
-  int64_t max_pixels = 8192LL * 8192;  // coded width * height above this: MediaError kTooLarge
+  double max_duration_s = 4 * 3600.0;    // longer clips: MediaError kTooLong
+  int max_frames = 4096;                 // fps sampling yields at most this many frames
+  int threads = 1;                       // FFmpeg decoder threads; 0: FFmpeg's choice
+  int64_t max_pixels = 8192LL * 8192;    // coded width * height above this: MediaError kTooLarge
   int64_t max_decoded_frames = 1000000;  // frames out of the decoder, at most: kTooLong
   double timeout_s = 600.0;              // the whole decode of the file, at most: kTimeout
   int64_t max_file_bytes = 64LL << 30;   // larger files: kTooLarge

@@ -39,11 +39,14 @@ def test_exit_code_3_when_failures_exceed_the_limit(binary, small, tmp_path):
     run_precompute(binary, tmp_path, small, "--max-failures", "50%", "--overwrite", expect=0)
 
 
-def test_an_existing_run_is_not_overwritten_silently(binary, small, tmp_path):
+def test_a_rerun_resumes_and_overwrite_starts_over(binary, small, tmp_path):
     run_precompute(binary, tmp_path, small)
-    r = run_precompute(binary, tmp_path, small, expect=73)
-    assert "--overwrite" in r.stderr
-    run_precompute(binary, tmp_path, small, "--overwrite")
+    first = read_output(tmp_path / "out")
+    r = run_precompute(binary, tmp_path, small)
+    assert "3 of 3 samples are in committed shards; 0 to process" in r.stderr
+    assert read_output(tmp_path / "out").index["shards"] == first.index["shards"]
+    r = run_precompute(binary, tmp_path, small, "--overwrite")
+    assert "--overwrite: removed" in r.stderr and "resuming" not in r.stderr
 
 
 def test_flags_override_the_config(binary, small, tmp_path):

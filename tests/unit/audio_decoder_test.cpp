@@ -1,9 +1,11 @@
 #include "pipeline/media/audio_decoder.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "pipeline/core/error.hpp"
@@ -248,17 +250,57 @@ TEST(AudioDecoder, MissingFileIsMissing) {
   EXPECT_EQ(outcome_of(dir / "nope.wav", window_options(0, 0)).category, "missing");
 }
 
+TEST(AudioDecoder, FileOverMaxFileBytesIsTooLarge) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 1.0, "-c:a pcm_s16le");
+  const auto size = static_cast<int64_t>(std::filesystem::file_size(path));
+  AudioDecodeOptions options = window_options(0, 0);
+  options.max_file_bytes = size - 1;
+  const Outcome outcome = outcome_of(path, options);
+  EXPECT_EQ(outcome.category, "too_large");
+  EXPECT_NE(outcome.message.find("run.max_file_bytes"), std::string::npos) << outcome.message;
+  options.max_file_bytes = size;
+  expect_sine(decode_audio(path, options), 1.0);
+}
+
+TEST(AudioDecoder, PassedDeadlineIsATimeout) {
+  TempDir dir;
+  const auto path = dir / "sine.wav";
+  make_sine(path, 1.0, "-c:a pcm_s16le");
+  AudioDecodeOptions options = window_options(0, 0);
+  options.timeout_s = 1e-9;
+  const Outcome outcome = outcome_of(path, options);
+  EXPECT_EQ(outcome.category, "timeout") << outcome.message;
+  EXPECT_NE(outcome.message.find("run.sample_timeout_s"), std::string::npos) << outcome.message;
+}
+
+TEST(AudioDecoder, SpecialFilesAndUrlsAreUnreadable) {
+  TempDir dir;
+  std::filesystem::create_directory(dir / "folder.wav");
+  ASSERT_EQ(::mkfifo((dir / "pipe.wav").c_str(), 0600), 0);
+  for (const auto& path : {dir / "folder.wav", dir / "pipe.wav", std::filesystem::path("/dev/zero"),
+                           dir / "http:" / "example.com" / "a.wav", dir / "concat:a.wav|b.wav"}) {
+    EXPECT_EQ(outcome_of(path, window_options(0, 0)).category, "unreadable") << path;
+  }
+}
+
 TEST(AudioDecoder, OptionsCopyTheConfigSection) {
   AudioSection section;
   section.sample_rate = 48000;
   section.window_s = 10;
   section.hop_s = 5;
   section.max_duration_s = 600;
-  const AudioDecodeOptions options = audio_decode_options(section);
+  RunSection run;
+  run.sample_timeout_s = 8.5;
+  run.max_file_bytes = 999;
+  const AudioDecodeOptions options = audio_decode_options(section, run);
   EXPECT_EQ(options.sample_rate, 48000);
   EXPECT_EQ(options.window_s, 10);
   EXPECT_EQ(options.hop_s, 5);
   EXPECT_EQ(options.max_duration_s, 600);
+  EXPECT_EQ(options.timeout_s, 8.5);
+  EXPECT_EQ(options.max_file_bytes, 999);
 }
 
 }  // namespace

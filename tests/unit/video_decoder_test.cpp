@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -455,6 +458,42 @@ TEST(VideoDecoder, NameWithSpacesAndColonDecodes) {
   expect_one_frame_per_colour(clip);
 }
 
+TEST(VideoDecoder, NamesThatLookLikeProtocolsDecodeWhenTheyAreFiles) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  for (const char* name : {"concat:colours.mp4", "file:x.mp4", "http:", "a:b.mp4", "été ✓.mp4"}) {
+    std::filesystem::copy_file(clip, dir / name);
+    expect_one_frame_per_colour(dir / name);
+  }
+}
+
+// Entries as the manifest reader hands them over: resolved against its folder and normalised
+// ("http://host/x" becomes "DIR/http:/host/x").
+TEST(VideoDecoder, UrlsAndProtocolsAreRefusedAsSuch) {
+  TempDir dir;
+  make_colour_clip(dir / "a.mp4", "-c:v libx264 -pix_fmt yuv420p");
+  const std::filesystem::path entries[] = {
+      dir / "http:" / "example.com" / "a.mp4",
+      dir / "https:" / "example.com" / "a.mp4",
+      dir / "s3:" / "bucket" / "a.mp4",
+      dir / "concat:a.mp4|a.mp4",
+      dir / "file:a.mp4",
+      dir / "pipe:",
+      dir / "pipe:0",
+      dir / "subfile:,start,0,end,0,:a.mp4",
+  };
+  for (const auto& entry : entries) {
+    const Outcome outcome = outcome_of(entry, fps_options(1.0));
+    EXPECT_EQ(outcome.category, "unreadable") << entry;
+    EXPECT_NE(outcome.message.find("is a URL or FFmpeg protocol"), std::string::npos)
+        << outcome.message;
+  }
+  // A missing file with a colon that names no protocol is just missing.
+  EXPECT_EQ(outcome_of(dir / "take:2.mp4", fps_options(1.0)).category, "missing");
+  EXPECT_EQ(outcome_of(dir / "no" / "http:x.mp4", fps_options(1.0)).category, "missing");
+}
+
 TEST(VideoDecoder, MissingFileIsMissing) {
   TempDir dir;
   const auto path = dir / "nope.mp4";
@@ -466,7 +505,110 @@ TEST(VideoDecoder, MissingFileIsMissing) {
 TEST(VideoDecoder, DirectoryIsUnreadable) {
   TempDir dir;
   std::filesystem::create_directory(dir / "folder.mp4");
-  EXPECT_EQ(outcome_of(dir / "folder.mp4", fps_options(1.0)).category, "unreadable");
+  const Outcome outcome = outcome_of(dir / "folder.mp4", fps_options(1.0));
+  EXPECT_EQ(outcome.category, "unreadable");
+  EXPECT_NE(outcome.message.find("a directory"), std::string::npos) << outcome.message;
+}
+
+TEST(VideoDecoder, DevZeroIsUnreadableWithoutReading) {
+  auto outcome =
+      std::async(std::launch::async, [] { return outcome_of("/dev/zero", fps_options(1.0)); });
+  ASSERT_EQ(outcome.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "decode_video read /dev/zero";
+  const Outcome result = outcome.get();
+  EXPECT_EQ(result.category, "unreadable");
+  EXPECT_NE(result.message.find("a character device"), std::string::npos) << result.message;
+}
+
+TEST(VideoDecoder, SymlinkToDevZeroIsUnreadable) {
+  TempDir dir;
+  std::filesystem::create_symlink("/dev/zero", dir / "zero.mp4");
+  EXPECT_EQ(outcome_of(dir / "zero.mp4", fps_options(1.0)).category, "unreadable");
+}
+
+TEST(VideoDecoder, SymlinkToAClipDecodes) {
+  TempDir dir;
+  make_colour_clip(dir / "colours.mp4", "-c:v libx264 -pix_fmt yuv420p");
+  std::filesystem::create_symlink(dir / "colours.mp4", dir / "link.mp4");
+  expect_one_frame_per_colour(dir / "link.mp4");
+}
+
+TEST(VideoDecoder, SocketIsUnreadable) {
+  TempDir dir;
+  const auto path = dir / "socket.mp4";
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  ASSERT_LT(path.string().size(), sizeof(address.sun_path));
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const Outcome outcome = outcome_of(path, fps_options(1.0));
+  ::close(fd);
+  EXPECT_EQ(outcome.category, "unreadable");
+  EXPECT_NE(outcome.message.find("a socket"), std::string::npos) << outcome.message;
+}
+
+TEST(VideoDecoder, FileOverMaxFileBytesIsTooLarge) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  const auto size = static_cast<int64_t>(std::filesystem::file_size(clip));
+  VideoDecodeOptions options = fps_options(1.0);
+  options.max_file_bytes = size - 1;
+  const Outcome outcome = outcome_of(clip, options);
+  EXPECT_EQ(outcome.category, "too_large");
+  for (const std::string& part : {clip.string(), std::to_string(size), std::to_string(size - 1),
+                                  std::string("run.max_file_bytes")}) {
+    EXPECT_NE(outcome.message.find(part), std::string::npos) << part << ": " << outcome.message;
+  }
+  options.max_file_bytes = size;
+  EXPECT_EQ(decode_video(clip, options).num_frames, 4);
+}
+
+TEST(VideoDecoder, PassedDeadlineIsATimeout) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  VideoDecodeOptions options = fps_options(1.0);
+  // Over before FFmpeg reads its first byte: the read and interrupt callbacks stop it.
+  options.timeout_s = 1e-9;
+  const Outcome outcome = outcome_of(clip, options);
+  EXPECT_EQ(outcome.category, "timeout") << outcome.message;
+  EXPECT_NE(outcome.message.find(clip.string()), std::string::npos) << outcome.message;
+  EXPECT_NE(outcome.message.find("run.sample_timeout_s"), std::string::npos) << outcome.message;
+  options.timeout_s = 1e300;  // "never", without overflowing the clock
+  EXPECT_EQ(decode_video(clip, options).num_frames, 4);
+}
+
+TEST(VideoDecoder, DeadlineStopsALongDecode) {
+  TempDir dir;
+  const auto clip = dir / "long.mp4";
+  run_ffmpeg("-f lavfi -i testsrc2=s=320x240:r=25:d=20 -c:v libx264 -preset ultrafast " +
+             quoted(clip));
+  VideoDecodeOptions options = num_frames_options(8);
+  // Opening takes a few milliseconds and decoding 500 frames far longer, so the deadline
+  // passes while packets are being read or decoded (or, on a very slow machine, while opening:
+  // a timeout either way).
+  options.timeout_s = 0.02;
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome outcome = outcome_of(clip, options);
+  EXPECT_EQ(outcome.category, "timeout") << outcome.message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(VideoDecoder, DecodingOverMaxDecodedFramesIsTooLong) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  // The last target is at 3.5 s: frames are decoded up to the first one past it, the 89th.
+  VideoDecodeOptions options = fps_options(1.0);
+  options.max_decoded_frames = 80;
+  const Outcome outcome = outcome_of(clip, options);
+  EXPECT_EQ(outcome.category, "too_long");
+  EXPECT_NE(outcome.message.find("video.max_decoded_frames"), std::string::npos) << outcome.message;
+  options.max_decoded_frames = 100;
+  EXPECT_EQ(decode_video(clip, options).num_frames, 4);
 }
 
 TEST(VideoDecoder, FifoIsUnreadableWithoutBlocking) {
@@ -480,7 +622,9 @@ TEST(VideoDecoder, FifoIsUnreadableWithoutBlocking) {
     if (fd >= 0) ::close(fd);
     ADD_FAILURE() << "decode_video blocked on a FIFO";
   }
-  EXPECT_EQ(outcome.get().category, "unreadable");
+  const Outcome result = outcome.get();
+  EXPECT_EQ(result.category, "unreadable");
+  EXPECT_NE(result.message.find("FIFO"), std::string::npos) << result.message;
 }
 
 TEST(VideoDecoder, UnreadableFileIsUnreadable) {
@@ -566,7 +710,9 @@ TEST(VideoDecoder, PictureOverMaxPixelsIsTooLarge) {
   make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
   VideoDecodeOptions options = fps_options(1.0);
   options.max_pixels = 160 * 120 - 1;
-  EXPECT_EQ(outcome_of(clip, options).category, "too_large");
+  const Outcome outcome = outcome_of(clip, options);
+  EXPECT_EQ(outcome.category, "too_large");
+  EXPECT_NE(outcome.message.find("video.max_pixels"), std::string::npos) << outcome.message;
   options.max_pixels = 160 * 120;
   EXPECT_EQ(decode_video(clip, options).num_frames, 4);
 }
@@ -581,7 +727,12 @@ TEST(VideoDecoder, OptionsCopyTheConfigSection) {
   section.max_duration_s = 60;
   section.max_frames = 77;
   section.decoder_threads = 3;
-  const VideoDecodeOptions options = video_decode_options(section);
+  section.max_pixels = 1234;
+  section.max_decoded_frames = 567;
+  RunSection run;
+  run.sample_timeout_s = 8.5;
+  run.max_file_bytes = 999;
+  const VideoDecodeOptions options = video_decode_options(section, run);
   EXPECT_EQ(options.fps, 2.5);
   EXPECT_EQ(options.num_frames, 0);
   EXPECT_EQ(options.height, 112);
@@ -590,6 +741,10 @@ TEST(VideoDecoder, OptionsCopyTheConfigSection) {
   EXPECT_EQ(options.max_duration_s, 60);
   EXPECT_EQ(options.max_frames, 77);
   EXPECT_EQ(options.threads, 3);
+  EXPECT_EQ(options.max_pixels, 1234);
+  EXPECT_EQ(options.max_decoded_frames, 567);
+  EXPECT_EQ(options.timeout_s, 8.5);
+  EXPECT_EQ(options.max_file_bytes, 999);
 }
 
 }  // namespace

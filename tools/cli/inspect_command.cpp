@@ -136,7 +136,8 @@ int inspect(const InspectOptions& o) {
   } else {
     std::cout << fmt::format("output {}: {} of {} samples in {} shard(s){}, {:.1f} MB, {}\n",
                              dir.string(), covered, index->total_samples, checks.size(),
-                             complete ? "" : " (incomplete run)", static_cast<double>(bytes) / 1e6,
+                             complete ? "" : " (incomplete: rerun the same run command to resume)",
+                             static_cast<double>(bytes) / 1e6,
                              storage_dtype_name(index->meta.dtype));
     std::cout << fmt::format("tool {}, config fingerprint {}\n", index->meta.tool_version,
                              index->meta.config_fingerprint.substr(0, 16));
