@@ -4,16 +4,46 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 
+#include <cstdlib>
 #include <optional>
 
 #include "pipeline/core/error.hpp"
 
 #ifdef PRECOMPUTE_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace precompute {
+namespace {
+
+// What a batch costs in the units the batch limits use: frames, audio samples, tokens.
+int64_t batch_cost(const std::vector<PreparedSamplePtr>& batch) {
+  int64_t cost = 0;
+  for (const auto& s : batch) {
+    if (s->video) cost += s->video->num_frames;
+    if (s->audio) cost += static_cast<int64_t>(s->audio->samples.size());
+    if (s->text) cost += static_cast<int64_t>(s->text->ids.size());
+  }
+  return cost;
+}
+
+// Test hook for the out-of-memory tests on machines without a GPU:
+// PRECOMPUTE_TEST_OOM_ABOVE_COST=N makes every batch costing more than N throw the real
+// c10::OutOfMemoryError, as the CUDA caching allocator does, so that the whole recovery path runs.
+void inject_out_of_memory(const std::vector<PreparedSamplePtr>& batch) {
+  static const int64_t limit = [] {
+    const char* value = std::getenv("PRECOMPUTE_TEST_OOM_ABOVE_COST");
+    return value == nullptr ? int64_t{-1} : std::strtoll(value, nullptr, 10);
+  }();
+  if (limit < 0) return;
+  const int64_t cost = batch_cost(batch);
+  TORCH_CHECK_WITH(OutOfMemoryError, cost <= limit, "test allocator: out of memory for a batch "
+                   "costing ", cost, " (PRECOMPUTE_TEST_OOM_ABOVE_COST=", limit, ")");
+}
+
+}  // namespace
 
 TorchEncoder::TorchEncoder(Modality modality, const EncoderSection& section,
                            const std::string& device, std::string model_sha256)
@@ -61,7 +91,16 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
 #endif
   std::vector<SampleEmbedding> out;
   try {
+    inject_out_of_memory(batch);
     out = run(batch);
+  } catch (const c10::OutOfMemoryError& e) {
+#ifdef PRECOMPUTE_WITH_CUDA
+    // Blocks cached for the failed batch would make the smaller retries fail too.
+    if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+    PC_THROW(DeviceOutOfMemoryError, modality_name(info_.modality), " encoder ",
+             info_.model_file, " on ", info_.device, " ran out of memory on a batch of ",
+             batch.size(), " (cost ", batch_cost(batch), "): ", e.what_without_backtrace());
   } catch (const c10::Error& e) {
     PC_THROW(ModelError, modality_name(info_.modality), " encoder ", info_.model_file, " on ",
              info_.device, " failed on a batch of ", batch.size(), ": ",

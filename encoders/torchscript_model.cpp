@@ -46,7 +46,12 @@ at::Tensor TorchScriptModel::forward(std::vector<c10::IValue> inputs) {
   c10::IValue output;
   try {
     output = module_.forward(std::move(inputs));
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // TorchEncoder::encode releases cached memory; the encode stage splits the batch
   } catch (const c10::Error& e) {
+    // The TorchScript interpreter may rethrow an allocator failure as a plain c10::Error.
+    const std::string what = e.what_without_backtrace();
+    TORCH_CHECK_WITH(OutOfMemoryError, what.find("out of memory") == std::string::npos, what);
     PC_THROW(ModelError, "model ", file_.filename(), " failed on ", device_.str(), ": ",
              e.what_without_backtrace());
   } catch (const std::exception& e) {

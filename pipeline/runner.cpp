@@ -272,6 +272,8 @@ RunSummary run_precompute(const Config& config) {
   summary.resumed_samples = plan.committed_samples;
   summary.failed_samples = stats.failed_samples;
   summary.failure_records = stats.failure_records;
+  summary.repaired_texts = stats.invalid_utf8_texts;
+  summary.oom_splits = stats.oom_splits;
   summary.shards = stats.shards_written;
   summary.bytes_written = stats.bytes_written;
   summary.peak_rss_bytes = peak_rss_bytes();
@@ -315,6 +317,13 @@ std::string format_summary(const RunSummary& s) {
       s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
       s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
       static_cast<double>(s.peak_rss_bytes) / 1e6);
+  if (s.oom_splits > 0) {
+    out += fmt::format("; {} batch(es) split after running out of device memory", s.oom_splits);
+  }
+  if (s.repaired_texts > 0) {
+    out += fmt::format("; {} caption(s) had invalid UTF-8, replaced by U+FFFD",
+                       s.repaired_texts);
+  }
   if (s.resumed_samples > 0) {
     out += fmt::format("; {} of the input's {} samples were already in committed shards",
                        s.resumed_samples, s.total_samples);

@@ -19,6 +19,8 @@ struct RunSummary {
   int64_t samples_with_embeddings = 0;
   int64_t failed_samples = 0;  // processed samples with at least one failure record
   int64_t failure_records = 0;
+  int64_t repaired_texts = 0;
+  int64_t oom_splits = 0;      // batches split after running out of device memory  // captions whose invalid UTF-8 was replaced (still embedded)
   std::array<int64_t, kNumModalities> embedded{};
   std::map<std::string, int64_t> failures_by_category;
   int64_t shards = 0;

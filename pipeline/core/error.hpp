@@ -66,6 +66,13 @@ class ModelError : public Error {
   ModelError(const std::string& m, const char* f, int l) : Error(ErrorKind::kModel, m, f, l) {}
 };
 
+// The device ran out of memory on a batch (c10::OutOfMemoryError underneath); the encode stage
+// splits the batch and retries (Note [Out of memory] in pipeline/stages/encode_stage.cpp).
+class DeviceOutOfMemoryError : public ModelError {
+ public:
+  using ModelError::ModelError;
+};
+
 class StorageError : public Error {
  public:
   StorageError(const std::string& m, const char* f, int l) : Error(ErrorKind::kStorage, m, f, l) {}

@@ -32,6 +32,34 @@ void EncoderPool::release(Encoder* encoder) {
   available_.notify_one();
 }
 
+// Note [Out of memory]
+// A batch that runs out of device memory (DeviceOutOfMemoryError: the encoder has already
+// released the allocator's cached blocks) is split in two halves, each encoded on its own, down
+// to single samples; a sample that does not fit alone gets a failure record of category `oom`
+// naming its size. The halves keep input order, so the embeddings are the same rows a larger
+// batch would have produced, up to the batch-size dependence of the kernels. Splits are
+// counted in the run's summary.
+void EncodeStage::encode_splitting(const std::vector<PreparedSamplePtr>& samples, Modality m, EncodedBatch& out) const {
+  auto& pool = *pools_[modality_index(m)];
+  try {
+    auto embeddings = pool.with_encoder([&](Encoder& e) { return e.encode(samples); });
+    for (auto& e : embeddings) out.embeddings.push_back(std::move(e));
+  } catch (const DeviceOutOfMemoryError& error) {
+    if (samples.size() == 1) {
+      const auto& s = *samples.front();
+      out.failures.push_back({s.seq, s.id, m, FailureCategory::kOom,
+                              detail::concat("sample '", s.id, "' does not fit in device "
+                                             "memory on its own: ", error.what())});
+      return;
+    }
+    stats_->oom_splits.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("{}; splitting the batch of {} in two", error.what(), samples.size());
+    const auto half = samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2);
+    encode_splitting(std::vector<PreparedSamplePtr>(samples.begin(), half), m, out);
+    encode_splitting(std::vector<PreparedSamplePtr>(half, samples.end()), m, out);
+  }
+}
+
 EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
   const auto m = batch.modality;
   const StageTimer timer(stats_->encode_ns[modality_index(m)]);
@@ -39,8 +67,10 @@ EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
   EncodedBatch out;
   out.modality = m;
   try {
-    out.embeddings = pool.with_encoder([&](Encoder& e) { return e.encode(batch.samples); });
+    encode_splitting(batch.samples, m, out);
   } catch (const ModelError& batch_error) {
+    out.embeddings.clear();
+    out.failures.clear();
     if (batch.samples.size() == 1) {
       const auto& s = *batch.samples.front();
       out.failures.push_back(
@@ -54,6 +84,8 @@ EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
         try {
           auto one = pool.with_encoder([&](Encoder& e) { return e.encode({sample}); });
           out.embeddings.push_back(std::move(one.front()));
+        } catch (const DeviceOutOfMemoryError& e) {
+          out.failures.push_back({sample->seq, sample->id, m, FailureCategory::kOom, e.what()});
         } catch (const ModelError& e) {
           out.failures.push_back(
               {sample->seq, sample->id, m, FailureCategory::kEncodeError, e.what()});

@@ -59,6 +59,10 @@ class EncodeStage {
   EncodedBatch operator()(const ModalityBatch& batch) const;
 
  private:
+  // Encodes `samples` into `out`, halving on out-of-memory (Note [Out of memory]).
+  void encode_splitting(const std::vector<PreparedSamplePtr>& samples, Modality m,
+                        EncodedBatch& out) const;
+
   EncoderPools pools_;
   RunStats* stats_;
 };
