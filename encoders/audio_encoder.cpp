@@ -60,6 +60,10 @@ class AudioEncoder final : public TorchEncoder {
     return out;
   }
 
+ protected:
+  std::vector<at::Tensor> weights() const override { return model_.weights(); }
+  at::ScalarType compute_dtype() const override { return model_.dtype(); }
+
  private:
   std::vector<SampleEmbedding> run_equal_length(const std::vector<PreparedSamplePtr>& batch,
                                                 const std::vector<size_t>& members,

@@ -62,11 +62,16 @@ class BertTextEncoder final : public TorchEncoder {
     return out;
   }
 
+ protected:
+  std::vector<at::Tensor> weights() const override { return model_.weights(); }
+  at::ScalarType compute_dtype() const override { return dtype_; }
+
  private:
   BertTextEncoder(const TextSection& section, const std::string& device,
                   const ModelFolder& folder, std::future<std::string> folder_hash)
       : TorchEncoder(Modality::kText, section, device, /*model_sha256=*/""),
         model_(folder, device_, to_scalar_type(section.dtype), section.output_layer),
+        dtype_(to_scalar_type(section.dtype)),
         section_(section) {
     const auto tokenizer = make_text_tokenizer(section);
     PC_CHECK(static_cast<int64_t>(tokenizer.vocab_size()) <= model_.vocab_size(), ModelError,
@@ -84,6 +89,7 @@ class BertTextEncoder final : public TorchEncoder {
   }
 
   BertModel model_;
+  at::ScalarType dtype_;
   TextSection section_;
 };
 

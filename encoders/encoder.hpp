@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ struct EncoderInfo {
   int concurrent_calls = 1;
 };
 
+// Where a model's weights live and what they take: for `precompute doctor`.
+struct ParameterSummary {
+  int64_t tensors = 0;   // parameters and buffers
+  int64_t elements = 0;
+  int64_t bytes = 0;
+  std::vector<std::string> devices;  // distinct, e.g. {"cuda:0"}
+  std::vector<std::string> dtypes;   // distinct, e.g. {"BFloat16"}
+};
+
 class Encoder {
  public:
   virtual ~Encoder() = default;
@@ -40,6 +50,11 @@ class Encoder {
   // sample, in order. Throws ModelError when the batch as a whole cannot be embedded (the caller
   // retries samples alone to find the one at fault).
   virtual std::vector<SampleEmbedding> encode(const std::vector<PreparedSamplePtr>& batch) = 0;
+
+  // The model's weights (parameters and buffers).
+  virtual ParameterSummary parameters() const = 0;
+  // The dtype the encoder converts inputs to (what the model computes in), e.g. "Float".
+  virtual std::string input_dtype() const = 0;
 };
 
 // Loads the encoder of `modality` as the config describes it onto `device`, and runs one warm-up
@@ -65,5 +80,24 @@ struct DeviceMemoryPeak {
 };
 // One entry per CUDA device this process used; empty without CUDA.
 std::vector<DeviceMemoryPeak> device_memory_peaks();
+
+// The CUDA caching allocator's view of one device (Note [Memory budgets] in
+// pipeline/memory_budget.cpp).
+struct DeviceMemoryUse {
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int64_t peak_allocated_bytes = 0;  // since the last reset_device_memory_peaks()
+  int64_t peak_reserved_bytes = 0;
+  int64_t total_bytes = 0;  // the card's memory
+  int64_t free_bytes = 0;   // free on the card now (all processes)
+};
+// std::nullopt for "cpu".
+std::optional<DeviceMemoryUse> device_memory_use(const std::string& device);
+void reset_device_memory_peaks(const std::string& device);
+// Returns cached blocks to the driver (after an out-of-memory error, between probes).
+void release_cached_device_memory(const std::string& device);
+// Caps what the caching allocator may reserve on `device`; past it, allocations fail with
+// c10::OutOfMemoryError (which the encode stage recovers from). No effect on "cpu".
+void cap_device_memory(const std::string& device, int64_t bytes);
 
 }  // namespace precompute

@@ -9,7 +9,12 @@
 
 #ifdef PRECOMPUTE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
+
+#include <algorithm>
 
 #include "encoders/audio_encoder.hpp"
 #include "encoders/bert_text_encoder.hpp"
@@ -75,6 +80,72 @@ std::vector<DeviceMemoryPeak> device_memory_peaks() {
   }
 #endif
   return peaks;
+}
+
+namespace {
+
+#ifdef PRECOMPUTE_WITH_CUDA
+// The CUDA device index of "cuda:N"; -1 for the CPU.
+int cuda_index(const std::string& device) {
+  if (device.rfind("cuda", 0) != 0) return -1;
+  return device == "cuda" ? 0 : std::stoi(device.substr(5));
+}
+#endif
+
+}  // namespace
+
+std::optional<DeviceMemoryUse> device_memory_use(const std::string& device) {
+#ifdef PRECOMPUTE_WITH_CUDA
+  const int index = cuda_index(device);
+  if (index < 0) return std::nullopt;
+  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+  DeviceMemoryUse use;
+  use.allocated_bytes = stats.allocated_bytes[aggregate].current;
+  use.reserved_bytes = stats.reserved_bytes[aggregate].current;
+  use.peak_allocated_bytes = stats.allocated_bytes[aggregate].peak;
+  use.peak_reserved_bytes = stats.reserved_bytes[aggregate].peak;
+  size_t free = 0, total = 0;
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  use.free_bytes = static_cast<int64_t>(free);
+  use.total_bytes = static_cast<int64_t>(total);
+  return use;
+#else
+  (void)device;
+  return std::nullopt;
+#endif
+}
+
+void reset_device_memory_peaks(const std::string& device) {
+#ifdef PRECOMPUTE_WITH_CUDA
+  const int index = cuda_index(device);
+  if (index >= 0) c10::cuda::CUDACachingAllocator::resetPeakStats(index);
+#else
+  (void)device;
+#endif
+}
+
+void release_cached_device_memory(const std::string& device) {
+#ifdef PRECOMPUTE_WITH_CUDA
+  if (cuda_index(device) >= 0) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
+
+void cap_device_memory(const std::string& device, int64_t bytes) {
+#ifdef PRECOMPUTE_WITH_CUDA
+  const int index = cuda_index(device);
+  if (index < 0) return;
+  const auto use = device_memory_use(device);
+  const double fraction =
+      std::min(1.0, static_cast<double>(bytes) / static_cast<double>(use->total_bytes));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, index);
+#else
+  (void)device;
+  (void)bytes;
+#endif
 }
 
 }  // namespace precompute

@@ -87,6 +87,10 @@ class TextEncoder final : public TorchEncoder {
     return out;
   }
 
+ protected:
+  std::vector<at::Tensor> weights() const override { return model_.weights(); }
+  at::ScalarType compute_dtype() const override { return model_.dtype(); }
+
  private:
   TorchScriptModel model_;
   TextSection section_;

@@ -4,6 +4,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 
@@ -111,6 +112,28 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
   for (size_t i = 0; i < out.size(); ++i) out[i].seq = batch[i]->seq;
   return out;
 }
+
+ParameterSummary TorchEncoder::parameters() const {
+  ParameterSummary summary;
+  for (const auto& t : weights()) {
+    if (!t.defined()) continue;
+    ++summary.tensors;
+    summary.elements += t.numel();
+    summary.bytes += static_cast<int64_t>(t.nbytes());
+    const auto device = t.device().str();
+    const std::string dtype(c10::toString(t.scalar_type()));
+    if (std::find(summary.devices.begin(), summary.devices.end(), device) ==
+        summary.devices.end()) {
+      summary.devices.push_back(device);
+    }
+    if (std::find(summary.dtypes.begin(), summary.dtypes.end(), dtype) == summary.dtypes.end()) {
+      summary.dtypes.push_back(dtype);
+    }
+  }
+  return summary;
+}
+
+std::string TorchEncoder::input_dtype() const { return c10::toString(compute_dtype()); }
 
 void TorchEncoder::warm_up(PreparedSample sample) {
   const auto out = encode({std::make_shared<const PreparedSample>(std::move(sample))});

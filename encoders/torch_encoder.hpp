@@ -22,6 +22,8 @@ class TorchEncoder : public Encoder {
  public:
   const EncoderInfo& info() const override { return info_; }
   std::vector<SampleEmbedding> encode(const std::vector<PreparedSamplePtr>& batch) final;
+  ParameterSummary parameters() const final;
+  std::string input_dtype() const final;
 
  protected:
   // `model_sha256` identifies the model's files (stored with every shard).
@@ -30,6 +32,10 @@ class TorchEncoder : public Encoder {
 
   // Embeds a non-empty batch; called under inference mode with the device current.
   virtual std::vector<SampleEmbedding> run(const std::vector<PreparedSamplePtr>& batch) = 0;
+
+  // The model's weights and the dtype it computes in.
+  virtual std::vector<at::Tensor> weights() const = 0;
+  virtual at::ScalarType compute_dtype() const = 0;
 
   // Runs `sample` through encode() once and records the output width; the derived class calls
   // it at the end of its constructor.

@@ -71,4 +71,11 @@ at::Tensor TorchScriptModel::forward(std::vector<c10::IValue> inputs) {
            "; precompute needs a tensor (or a tuple/list whose first element is one)");
 }
 
+std::vector<at::Tensor> TorchScriptModel::weights() const {
+  std::vector<at::Tensor> all;
+  for (const auto& p : module_.parameters()) all.push_back(p);
+  for (const auto& b : module_.buffers()) all.push_back(b);
+  return all;
+}
+
 }  // namespace precompute

@@ -32,6 +32,8 @@ class TorchScriptModel {
   const c10::Device& device() const { return device_; }
   at::ScalarType dtype() const { return dtype_; }
   const std::filesystem::path& file() const { return file_; }
+  // The module's parameters and buffers.
+  std::vector<at::Tensor> weights() const;
 
  private:
   std::filesystem::path file_;

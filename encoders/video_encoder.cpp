@@ -115,6 +115,10 @@ class VideoEncoder final : public TorchEncoder {
     return out;
   }
 
+ protected:
+  std::vector<at::Tensor> weights() const override { return model_.weights(); }
+  at::ScalarType compute_dtype() const override { return model_.dtype(); }
+
  private:
   TorchScriptModel model_;
   VideoSection section_;

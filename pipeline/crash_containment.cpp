@@ -91,10 +91,14 @@ InflightJournal::InflightJournal(const std::filesystem::path& output_dir, int sl
   PC_CHECK(fd >= 0, StorageError, "cannot create ", file, ": ",
            std::generic_category().message(errno));
   mapped_bytes_ = sizeof(JournalHeader) + sizeof(Slot) * static_cast<size_t>(slots);
-  if (::ftruncate(fd, static_cast<off_t>(mapped_bytes_)) != 0) {
-    const int error = errno;
+  // Allocate the blocks now: a mapping of a sparse file on a full disk would fail later with
+  // SIGBUS on the first store, instead of an error here.
+  if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(mapped_bytes_));
+      error != 0) {
     ::close(fd);
-    PC_THROW(StorageError, "cannot size ", file, ": ", std::generic_category().message(error));
+    PC_THROW(StorageError, "cannot write ", file, ": ",
+             error == ENOSPC ? "disk full (" + std::generic_category().message(error) + ")"
+                             : std::generic_category().message(error));
   }
   void* memory = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int error = errno;

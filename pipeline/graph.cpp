@@ -40,6 +40,7 @@ void run_graph(const std::vector<SampleSpec>& samples, const PrepareFn& prepare_
   flow::input_node<SampleSpec> source(g, [&](tbb::flow_control& control) -> SampleSpec {
     // A stop (SIGINT/SIGTERM) takes no more samples; those in flight still reach the writer
     // (Note [Stopping on a signal]).
+    if (next < samples.size() && settings.before_sample) settings.before_sample();
     if (next == samples.size() || stop_requested()) {
       control.stop();
       return {};

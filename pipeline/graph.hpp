@@ -21,6 +21,8 @@ struct GraphSettings {
   int decode_concurrency = 1;  // samples decoded at once
   size_t max_in_flight = 64;   // samples between the source and the writer
   std::array<size_t, kNumModalities> encode_concurrency{};  // encoders per modality (0: none)
+  // Called by the source before each sample; may wait (host memory back-pressure).
+  std::function<void()> before_sample;
 };
 
 // Runs the samples of `samples` (ascending seq; a resumed run passes only those not yet

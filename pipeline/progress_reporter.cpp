@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "encoders/encoder.hpp"
 #include "pipeline/core/modality.hpp"
 #include "pipeline/run_stats.hpp"
 
@@ -17,6 +18,22 @@ std::string format_duration(double seconds) {
   if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
   if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
   return fmt::format("{}s", s);
+}
+
+}  // namespace
+
+namespace {
+
+std::string gpu_memory_text(const RunStats& stats) {
+  std::string text;
+  for (const auto& device : stats.gpu_devices) {
+    const auto use = device_memory_use(device);
+    if (!use) continue;
+    text += fmt::format(" | {} {:.2f} GiB reserved, peak {:.2f}", device,
+                        static_cast<double>(use->reserved_bytes) / (1 << 30),
+                        static_cast<double>(use->peak_reserved_bytes) / (1 << 30));
+  }
+  return text;
 }
 
 }  // namespace
@@ -41,7 +58,7 @@ std::string progress_line(const RunStats& stats) {
       rate, format_duration(eta), stats.submitted.load() - stats.prepared.load(),
       stats.prepared.load() - stats.routed.load(), stats.routed.load() - stats.completed.load(),
       queues, stats.shards_written.load(),
-      stats.failed_samples.load());
+      stats.failed_samples.load()) + gpu_memory_text(stats);
 }
 
 ProgressReporter::ProgressReporter(const RunStats& stats, double interval_s) : stats_(stats) {

@@ -21,8 +21,8 @@ namespace precompute {
 // config fingerprint (encoders' hashes, preprocessing, pooling, storage dtype) must match, and
 // the input must be the earlier input, possibly with samples appended; anything else is refused
 // with what changed, and --overwrite starts over. --retry-failed also redoes every sample that
-// has a failure record: its shard is rebuilt from the kept samples plus the redone ones and
-// replaces the old file under the same name.
+// has a failure record: its shard is rebuilt from the kept samples plus the redone ones, written
+// under a new number, and the old file is deleted once the index lists the new one.
 
 namespace {
 
@@ -155,6 +155,12 @@ RunPlan plan_run(const std::vector<SampleSpec>& samples, const OutputIndex& inde
     return all;
   }());
 
+  // A redone shard is written under a new number, so that the committed file it replaces stays
+  // intact until the index that lists its replacement is in place.
+  int64_t next_index = 0;
+  for (const auto& e : index.shards) next_index = std::max(next_index, e.shard_index + 1);
+  for (const auto& r : fresh.ranges()) next_index = std::max(next_index, r.shard_index + 1);
+
   std::vector<ShardRange> ranges = fresh.ranges();
   std::vector<int64_t> last_processed(ranges.size());
   for (size_t i = 0; i < ranges.size(); ++i) last_processed[i] = ranges[i].end_seq() - 1;
@@ -164,8 +170,9 @@ RunPlan plan_run(const std::vector<SampleSpec>& samples, const OutputIndex& inde
     ShardFile shard = read_shard(file);
     std::set<int64_t> failed;
     for (const auto& f : shard.contents.failures) failed.insert(f.seq);
+    const int64_t new_index = next_index++;
     ShardContents kept;
-    kept.shard_index = e->shard_index;
+    kept.shard_index = new_index;
     kept.first_seq = e->first_seq;
     kept.seq_count = e->seq_count;
     for (auto& s : shard.contents.samples) {
@@ -173,7 +180,7 @@ RunPlan plan_run(const std::vector<SampleSpec>& samples, const OutputIndex& inde
     }
     PC_ASSERT(!failed.empty(), "shard ", e->file, " records failures but holds none");
     spdlog::info("--retry-failed: redoing {} failed sample(s) of {}", failed.size(), e->file);
-    ranges.push_back({e->shard_index, e->first_seq, e->seq_count});
+    ranges.push_back({new_index, e->first_seq, e->seq_count});
     last_processed.push_back(*failed.rbegin());
     positions.insert(positions.end(), failed.begin(), failed.end());
     run.kept.push_back(std::move(kept));

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "pipeline/core/modality.hpp"
 
@@ -35,6 +37,7 @@ struct RunStats {
   std::atomic<int64_t> commit_ns{0};  // writing, fsyncing, hashing them; the index
   std::array<std::atomic<int64_t>, kNumModalities> encode_ns{};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::vector<std::string> gpu_devices;  // set before the run starts; progress shows their memory
 };
 
 // Adds the time from its construction to its destruction to `total` (nanoseconds).

@@ -20,6 +20,8 @@
 #include "pipeline/input/manifest.hpp"
 #include "pipeline/core/stop_request.hpp"
 #include "pipeline/crash_containment.hpp"
+#include "pipeline/host_memory_budget.hpp"
+#include "pipeline/memory_budget.hpp"
 #include "pipeline/progress_reporter.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
@@ -29,10 +31,10 @@
 namespace precompute {
 
 bool RunSummary::over_failure_limit(const RunSection& run) const {
-  if (run.max_failures >= 0 && failed_samples > run.max_failures) return true;
-  if (run.max_failure_fraction >= 0 && processed_samples > 0 &&
-      static_cast<double>(failed_samples) >
-          run.max_failure_fraction * static_cast<double>(processed_samples)) {
+  if (run.max_failures >= 0 && output_failed_samples > run.max_failures) return true;
+  if (run.max_failure_fraction >= 0 && total_samples > 0 &&
+      static_cast<double>(output_failed_samples) >
+          run.max_failure_fraction * static_cast<double>(total_samples)) {
     return true;
   }
   return false;
@@ -92,6 +94,8 @@ std::string preprocessing_json(const Config& c, Modality m) {
   return j.dump();
 }
 
+}  // namespace
+
 EncoderPools load_encoders(const Config& config) {
   EncoderPools pools;
   for (Modality m : kAllModalities) {
@@ -114,6 +118,8 @@ EncoderPools load_encoders(const Config& config) {
   }
   return pools;
 }
+
+namespace {
 
 ShardMeta make_meta(const Config& config, const EncoderPools& pools) {
   ShardMeta meta;
@@ -189,6 +195,21 @@ RunSummary run_precompute(const Config& config) {
   index.input_sha256 = input_identity(samples, samples.size());
   write_index(config.output.path, index);
 
+  // Batch limits under run.gpu_memory_budget (Note [Memory budgets]); throughput settings only.
+  Config tuned = config;
+  apply_memory_budget(tuned, pools);
+  for (const auto& pool : pools) {
+    if (!pool) continue;
+    for (const auto& e : pool->encoders()) {
+      const auto& device = e->info().device;
+      if (device.rfind("cuda", 0) == 0 &&
+          std::find(stats.gpu_devices.begin(), stats.gpu_devices.end(), device) ==
+              stats.gpu_devices.end()) {
+        stats.gpu_devices.push_back(device);
+      }
+    }
+  }
+
   RunPlan plan = plan_run(samples, index, config.output.shard_size, config.output.retry_failed,
                           config.output.path);
   stats.total = static_cast<int64_t>(plan.samples.size());
@@ -207,13 +228,18 @@ RunSummary run_precompute(const Config& config) {
     if (!pools[modality_index(m)]) continue;
     settings.encode_concurrency[modality_index(m)] = pools[modality_index(m)]->size();
     encoders += pools[modality_index(m)]->size();
-    max_batch = std::max(max_batch, config.section(m).batch_size);
+    max_batch = std::max(max_batch, tuned.section(m).batch_size);
   }
   // The limit must leave room for a full batch of every modality plus the samples being decoded,
   // or batches would wait for samples the limit holds back.
   const size_t needed = static_cast<size_t>(max_batch) * (encoders + 1) +
                         2 * static_cast<size_t>(decode_threads);
   settings.max_in_flight = std::max<size_t>(needed, static_cast<size_t>(config.run.max_in_flight));
+  // With a host budget, bytes bound memory and the count may be larger (Note [Host memory
+  // budget]).
+  if (config.run.host_memory_budget > 0 && config.run.max_in_flight == 0) {
+    settings.max_in_flight = 8 * needed;
+  }
   if (config.run.max_in_flight > 0 && static_cast<size_t>(config.run.max_in_flight) < needed) {
     spdlog::warn("run.max_in_flight {} is too small for batch size {} and {} decode threads; "
                  "using {}", config.run.max_in_flight, max_batch, decode_threads, needed);
@@ -230,8 +256,15 @@ RunSummary run_precompute(const Config& config) {
   const SampleWatchdog watchdog(
       journal, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
                    2 * config.run.sample_timeout_s + 5)));
-  const PrepareFn prepare = [&contained](const SampleSpec& spec) { return contained(spec); };
-  BatchRouter router(config, plan.shards);
+  HostMemoryBudget host_budget(config.run.host_memory_budget,
+                              static_cast<int64_t>(needed));
+  settings.before_sample = [&] {
+    host_budget.wait_for_room([&] { return stats.submitted.load() - stats.completed.load(); });
+  };
+  const PrepareFn prepare = [&](const SampleSpec& spec) {
+    return host_budget.charge(contained(spec));
+  };
+  BatchRouter router(tuned, plan.shards);
   EncodeStage encode(pools, stats);
   ShardCommitter committer(config.output.path, index, stats);
   ShardAssembler assembler(committer, plan.shards, stats);
@@ -274,6 +307,7 @@ RunSummary run_precompute(const Config& config) {
   summary.failure_records = stats.failure_records;
   summary.repaired_texts = stats.invalid_utf8_texts;
   summary.oom_splits = stats.oom_splits;
+  summary.peak_decoded_bytes = host_budget.peak_bytes();
   summary.shards = stats.shards_written;
   summary.bytes_written = stats.bytes_written;
   summary.peak_rss_bytes = peak_rss_bytes();
@@ -293,7 +327,10 @@ RunSummary run_precompute(const Config& config) {
           busy(stats.encode_ns[modality_index(m)]);
     }
   }
+  // The whole output's failures: a resumed run is judged like an uninterrupted one.
+  summary.output_failed_samples = 0;
   for (const auto& entry : committer.index().shards) {
+    summary.output_failed_samples += entry.failed_samples;
     summary.samples_with_embeddings += entry.num_samples;
     for (int m = 0; m < kNumModalities; ++m) summary.embedded[m] += entry.modality_counts[m];
   }
@@ -311,12 +348,13 @@ std::string format_summary(const RunSummary& s) {
   std::string out = fmt::format(
       "{} samples in {:.2f} s ({:.1f}/s; {:.2f} s more to load the encoders): {} with embeddings "
       "(video {}, audio {}, text {}), {} with failures; {} shards, {:.1f} MB in {}; peak RSS "
-      "{:.0f} MB",
+      "{:.0f} MB (decoded samples held at most {:.0f} MB)",
       s.processed_samples, s.seconds,
       s.seconds > 0 ? static_cast<double>(s.processed_samples) / s.seconds : 0.0, s.load_seconds,
       s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
       s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
-      static_cast<double>(s.peak_rss_bytes) / 1e6);
+      static_cast<double>(s.peak_rss_bytes) / 1e6,
+      static_cast<double>(s.peak_decoded_bytes) / 1e6);
   if (s.oom_splits > 0) {
     out += fmt::format("; {} batch(es) split after running out of device memory", s.oom_splits);
   }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "encoders/encoder.hpp"
+#include "pipeline/stages/encode_stage.hpp"
 #include "pipeline/core/config.hpp"
 
 namespace precompute {
@@ -18,6 +19,7 @@ struct RunSummary {
   int64_t resumed_samples = 0;    // input positions in shards committed by earlier runs
   int64_t samples_with_embeddings = 0;
   int64_t failed_samples = 0;  // processed samples with at least one failure record
+  int64_t output_failed_samples = 0;  // samples with failure records in the whole output
   int64_t failure_records = 0;
   int64_t repaired_texts = 0;
   int64_t oom_splits = 0;      // batches split after running out of device memory  // captions whose invalid UTF-8 was replaced (still embedded)
@@ -26,13 +28,15 @@ struct RunSummary {
   int64_t shards = 0;
   int64_t bytes_written = 0;
   int64_t peak_rss_bytes = 0;  // the process's peak resident memory
+  int64_t peak_decoded_bytes = 0;  // decoded samples held in the pipeline at once, at most
   std::vector<DeviceMemoryPeak> device_memory;  // per CUDA device used
   double seconds = 0.0;        // from reading the input to the last commit, encoder loading aside
   double load_seconds = 0.0;   // loading and warming up the encoders
   std::map<std::string, double> busy_seconds;  // working time of the serial and encode stages
   std::filesystem::path output;
 
-  // True when failures exceed run.max_failures / max_failure_fraction.
+  // True when the output's failed samples (earlier runs' included) exceed run.max_failures /
+  // max_failure_fraction of the input.
   bool over_failure_limit(const RunSection& run) const;
 };
 
@@ -41,6 +45,9 @@ struct RunSummary {
 // SIGTERM, StoppedError (see tools/cli for the exit code each maps to); per-sample problems are
 // failure records, never exceptions.
 RunSummary run_precompute(const Config& config);
+
+// Loads and warms up every configured encoder, one instance per device of its modality.
+EncoderPools load_encoders(const Config& config);
 
 // The summary as printed at the end of a run.
 std::string format_summary(const RunSummary& summary);

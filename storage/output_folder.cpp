@@ -134,6 +134,9 @@ std::optional<OutputIndex> rebuild_index(const fs::path& dir, const std::vector<
       entry.seq_count = c.seq_count;
       entry.num_samples = static_cast<int64_t>(c.samples.size());
       entry.num_failures = static_cast<int64_t>(c.failures.size());
+      std::set<int64_t> failed;
+      for (const auto& f : c.failures) failed.insert(f.seq);
+      entry.failed_samples = static_cast<int64_t>(failed.size());
       for (const auto& sample : c.samples) {
         for (int m = 0; m < kNumModalities; ++m) {
           if (sample.embeddings[m]) ++entry.modality_counts[m];
@@ -204,7 +207,11 @@ OutputFolder::~OutputFolder() {
 }
 
 void OutputFolder::remove_previous_run() const {
-  const auto files = list_run_files(dir_);
+  auto files = list_run_files(dir_);
+  // The index goes last: interrupted halfway, the folder is still an earlier run (or a part of
+  // one, rebuilt from its shards), never an index pointing at deleted shards.
+  std::stable_partition(files.begin(), files.end(),
+                        [](const fs::path& f) { return f.filename() != kIndexFileName; });
   for (const auto& file : files) remove_file(file);
   if (!files.empty()) {
     spdlog::info("--overwrite: removed {} file(s) of an earlier run from {}", files.size(),
@@ -228,23 +235,30 @@ std::optional<OutputIndex> OutputFolder::load_previous_run(const IdAt& id_at) co
   }
 
   std::optional<OutputIndex> index;
+  bool damaged = false;
   try {
     index = read_index(dir_);
   } catch (const StorageError& e) {
     spdlog::warn("{}; rebuilding it from the {} shard file(s) in the folder", e.what(),
                  shards.size());
-    remove_file(dir_ / kIndexFileName);
-    index = rebuild_index(dir_, shards, id_at);
-    if (index) write_index(dir_, *index);
-    return index;
+    damaged = true;
+  }
+  if (!index && !shards.empty() && !damaged) {
+    // A run writes its index before its first shard, so shards without one mean the index was
+    // deleted afterwards.
+    spdlog::warn("{} is missing; rebuilding it from the {} shard file(s) in the folder",
+                 (dir_ / kIndexFileName).string(), shards.size());
   }
   if (!index) {
-    // No record: any shard here was never committed.
-    for (const auto& file : shards) remove_file(file);
-    if (!shards.empty()) {
-      spdlog::info("removed {} shard file(s) that no index records", shards.size());
+    // The damaged index stays until the rebuilt one replaces it: a crash in between loses
+    // nothing.
+    index = rebuild_index(dir_, shards, id_at);
+    if (index) {
+      write_index(dir_, *index);
+    } else if (damaged) {
+      remove_file(dir_ / kIndexFileName);
     }
-    return std::nullopt;
+    return index;
   }
 
   std::set<std::string> recorded;

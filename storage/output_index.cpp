@@ -59,6 +59,7 @@ Json entry_to_json(const IndexEntry& entry, const ShardMeta& meta) {
       {"seq_count", entry.seq_count},
       {"num_samples", entry.num_samples},
       {"num_failures", entry.num_failures},
+      {"failed_samples", entry.failed_samples},
       {"modality_counts", std::move(counts)},
       {"bytes", entry.bytes},
       {"sha256", entry.sha256},
@@ -75,7 +76,7 @@ std::string records_checksum(const OutputIndex& index) {
   for (const auto& e : index.shards) {
     std::string line = detail::concat(e.file, ' ', e.shard_index, ' ', e.first_seq, ' ',
                                       e.seq_count, ' ', e.num_samples, ' ', e.num_failures, ' ',
-                                      e.bytes, ' ', e.sha256);
+                                      e.failed_samples, ' ', e.bytes, ' ', e.sha256);
     for (const auto count : e.modality_counts) line += detail::concat(' ', count);
     hash.update(line + "\n");
   }
@@ -213,6 +214,7 @@ IndexEntry IndexParser::parse_entry(const Json& object, const std::string& where
   entry.seq_count = count_field(object, where, "seq_count");
   entry.num_samples = count_field(object, where, "num_samples");
   entry.num_failures = count_field(object, where, "num_failures");
+  entry.failed_samples = count_field(object, where, "failed_samples");
   const std::string counts_path = field_path(where, "modality_counts");
   const Json& counts = field(object, where, "modality_counts", &Json::is_object, "an object");
   for (const auto& [name, count] : counts.items()) {

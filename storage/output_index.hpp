@@ -23,6 +23,7 @@ struct IndexEntry {
   int64_t seq_count = 0;
   int64_t num_samples = 0;                                // samples with at least one embedding
   int64_t num_failures = 0;                               // failure records
+  int64_t failed_samples = 0;                             // samples with a failure record
   std::array<int64_t, kNumModalities> modality_counts{};  // samples embedded per modality
   uint64_t bytes = 0;
   std::string sha256;

@@ -242,4 +242,18 @@ at::Tensor BertModel::forward(const PackedBatch& batch) const {
   return x;
 }
 
+std::vector<at::Tensor> BertModel::weights() const {
+  std::vector<at::Tensor> all = {word_, position_, token_type0_, embed_norm_weight_,
+                                 embed_norm_bias_};
+  for (const auto& l : layers_) {
+    for (const auto* t : {&l.qkv_weight, &l.qkv_bias, &l.out_weight, &l.out_bias,
+                          &l.attn_norm_weight, &l.attn_norm_bias, &l.ffn_in_weight,
+                          &l.ffn_in_bias, &l.ffn_out_weight, &l.ffn_out_bias,
+                          &l.ffn_norm_weight, &l.ffn_norm_bias}) {
+      all.push_back(*t);
+    }
+  }
+  return all;
+}
+
 }  // namespace precompute

@@ -52,6 +52,8 @@ class BertModel {
   int64_t vocab_size() const { return vocab_size_; }
   int64_t max_positions() const { return max_positions_; }
   Attention attention() const { return attention_; }
+  // Every weight tensor the model holds.
+  std::vector<at::Tensor> weights() const;
 
  private:
   struct Layer {

@@ -1,8 +1,10 @@
 #include "pipeline/core/config.hpp"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -323,7 +325,7 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
     const Node n = top.child("run");
     check_keys(n, {"device", "decode_threads", "torch_threads", "max_in_flight", "max_failures",
                    "progress_interval_s", "log_level", "sample_timeout_s", "max_file_bytes",
-                   "supervise", "max_restarts"});
+                   "supervise", "max_restarts", "gpu_memory_budget", "host_memory_budget"});
     if (n.has("device")) c.run.devices = read_devices(n.child("device"));
     if (n.has("decode_threads")) c.run.decode_threads = read_int(n.child("decode_threads"));
     if (n.has("torch_threads")) c.run.torch_threads = read_int(n.child("torch_threads"));
@@ -339,6 +341,14 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
     if (n.has("max_file_bytes")) c.run.max_file_bytes = read_int64(n.child("max_file_bytes"));
     if (n.has("supervise")) c.run.supervise = read_bool(n.child("supervise"));
     if (n.has("max_restarts")) c.run.max_restarts = read_int(n.child("max_restarts"));
+    if (n.has("gpu_memory_budget")) {
+      c.run.gpu_memory_budget =
+          parse_memory_budget(read_string(n.child("gpu_memory_budget")), "run.gpu_memory_budget");
+    }
+    if (n.has("host_memory_budget")) {
+      c.run.host_memory_budget = parse_byte_size(read_string(n.child("host_memory_budget")),
+                                                 "run.host_memory_budget");
+    }
   }
   if (top.has("video")) read_video(top.child("video"), base, c.video);
   if (top.has("audio")) read_audio(top.child("audio"), base, c.audio);
@@ -355,6 +365,76 @@ Config load_config(const std::filesystem::path& file) {
   Config c = parse_config(text.str(), file.parent_path().empty() ? "." : file.parent_path());
   c.file = absolute_from_cwd(file);
   return c;
+}
+
+int64_t MemoryBudget::bytes_of(int64_t total_bytes) const {
+  if (bytes > 0) return bytes;
+  return static_cast<int64_t>(fraction * static_cast<double>(total_bytes));
+}
+
+namespace {
+
+// The number and unit of "4GiB", "1.5 GB", "300"; false when it is not of that form.
+bool split_size(const std::string& text, double& number, std::string& unit) {
+  size_t used = 0;
+  try {
+    number = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  unit = text.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  return std::isfinite(number) && number >= 0;
+}
+
+double unit_bytes(const std::string& unit) {
+  static const std::array<std::pair<const char*, double>, 9> kUnits = {{
+      {"", 1.0}, {"B", 1.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+  }};
+  for (const auto& [name, factor] : kUnits) {
+    if (unit == name) return factor;
+  }
+  return unit == "TiB" ? 1099511627776.0 : -1.0;
+}
+
+}  // namespace
+
+int64_t parse_byte_size(const std::string& text, std::string_view key) {
+  double number = 0;
+  std::string unit;
+  const bool ok = split_size(text, number, unit) && unit_bytes(unit) > 0;
+  PC_CHECK(ok && number * unit_bytes(unit) >= 1 && number * unit_bytes(unit) < 9.2e18,
+           ConfigError, key, " '", text, "' is not a size; write it like 8GiB, 512MiB, 4GB or "
+           "a number of bytes");
+  return static_cast<int64_t>(number * unit_bytes(unit));
+}
+
+MemoryBudget parse_memory_budget(const std::string& text, std::string_view key) {
+  double number = 0;
+  std::string unit;
+  MemoryBudget budget;
+  if (split_size(text, number, unit) && (unit == "%" || (unit.empty() && number <= 1.0))) {
+    budget.fraction = unit == "%" ? number / 100.0 : number;
+    PC_CHECK(budget.fraction > 0 && budget.fraction <= 1.0, ConfigError, key, " '", text,
+             "' must be a fraction of the card between 0 and 1 (or 100%)");
+    return budget;
+  }
+  try {
+    budget.bytes = parse_byte_size(text, key);
+  } catch (const ConfigError&) {
+    PC_THROW(ConfigError, key, " '", text, "' is neither a size (8GiB, 512MiB, 4GB) nor a "
+             "fraction of the card (0.8 or 80%)");
+  }
+  return budget;
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1073741824.0) return fmt::format("{:.2f} GiB", b / 1073741824.0);
+  if (b >= 1048576.0) return fmt::format("{:.1f} MiB", b / 1048576.0);
+  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{} B", bytes);
 }
 
 void parse_max_failures(const std::string& text, RunSection& run) {
@@ -408,6 +488,12 @@ void apply_overrides(Config& c, const ConfigOverrides& o) {
   if (o.overwrite) c.output.overwrite = true;
   if (o.retry_failed) c.output.retry_failed = true;
   if (o.no_supervisor) c.run.supervise = false;
+  if (o.gpu_memory_budget) {
+    c.run.gpu_memory_budget = parse_memory_budget(*o.gpu_memory_budget, "--gpu-memory-budget");
+  }
+  if (o.host_memory_budget) {
+    c.run.host_memory_budget = parse_byte_size(*o.host_memory_budget, "--host-memory-budget");
+  }
 }
 
 namespace {
@@ -588,6 +674,10 @@ nlohmann::json config_json(const Config& c, bool semantic) {
                 {"max_failures", c.run.max_failures},
                 {"max_failure_fraction", c.run.max_failure_fraction},
                 {"sample_timeout_s", c.run.sample_timeout_s},
+                {"gpu_memory_budget", c.run.gpu_memory_budget.bytes > 0
+                                          ? nlohmann::json(c.run.gpu_memory_budget.bytes)
+                                          : nlohmann::json(c.run.gpu_memory_budget.fraction)},
+                {"host_memory_budget", c.run.host_memory_budget},
                 {"max_file_bytes", c.run.max_file_bytes}};
   }
   if (c.video.enabled) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipeline/core/modality.hpp"
@@ -121,6 +122,22 @@ struct OutputSection {
   bool retry_failed = false;       // resume, and also redo the samples that failed before
 };
 
+// How much device memory each GPU may use: bytes, or a fraction of the card. Unset: no budget.
+struct MemoryBudget {
+  int64_t bytes = 0;      // > 0: this many bytes
+  double fraction = 0.0;  // > 0: this fraction of the card's memory
+  bool set() const { return bytes > 0 || fraction > 0; }
+  // The budget on a card of `total_bytes`.
+  int64_t bytes_of(int64_t total_bytes) const;
+};
+
+// Parses "20GiB", "512MiB", "8GB", "1.5e9" (bytes), "0.8" or "80%" (of the card). Throws
+// ConfigError naming `key` and the forms it takes.
+MemoryBudget parse_memory_budget(const std::string& text, std::string_view key);
+// Parses a byte size like "4GiB", "300MB" or "1000000". Throws ConfigError naming `key`.
+int64_t parse_byte_size(const std::string& text, std::string_view key);
+std::string format_bytes(int64_t bytes);
+
 struct RunSection {
   std::vector<std::string> devices = {"cpu"};  // default device(s) of every encoder
   int decode_threads = 0;          // concurrent decodes; 0: one per core
@@ -135,6 +152,8 @@ struct RunSection {
   // between a run and its resume.
   double sample_timeout_s = 600.0;  // a sample's decode time limit (category timeout)
   int64_t max_file_bytes = 64LL << 30;  // larger media files fail with category too_large
+  MemoryBudget gpu_memory_budget;  // per GPU (Note [Memory budgets] in pipeline/memory_budget.cpp)
+  int64_t host_memory_budget = 0;  // bytes of decoded samples held in the pipeline; 0: automatic
   bool supervise = true;           // run the job in a child process restarted after a crash
   int max_restarts = 5;            // restarts after crashes before the run gives up
 };
@@ -168,6 +187,8 @@ struct ConfigOverrides {
   bool overwrite = false;
   bool retry_failed = false;
   bool no_supervisor = false;
+  std::optional<std::string> gpu_memory_budget;
+  std::optional<std::string> host_memory_budget;
 };
 
 // Reads a YAML config file. Relative paths in it resolve against its folder. Throws ConfigError

@@ -27,6 +27,8 @@ class EncoderPool {
   // Calls that can run at once.
   size_t size() const { return size_; }
   const EncoderInfo& info() const { return encoders_.front()->info(); }
+  // Every instance (one per device), for probes made before the run starts.
+  const std::vector<std::unique_ptr<Encoder>>& encoders() const { return encoders_; }
 
   // Runs `fn(encoder)` on a free encoder, waiting for one if all are busy.
   template <class Fn>

@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "pipeline/run_stats.hpp"
 
@@ -128,17 +131,33 @@ void ShardCommitter::write(const Image& image) {
   entry.seq_count = contents.seq_count;
   entry.num_samples = image.num_samples;
   entry.num_failures = static_cast<int64_t>(contents.failures.size());
+  // Failures are sorted by seq (ShardAssembler::submit_shard): count the distinct ones.
+  for (size_t i = 0; i < contents.failures.size(); ++i) {
+    if (i == 0 || contents.failures[i].seq != contents.failures[i - 1].seq) {
+      ++entry.failed_samples;
+    }
+  }
   entry.modality_counts = image.modality_counts;
   entry.bytes = committed.bytes;
   entry.sha256 = committed.sha256;
   // Only this thread touches the index while the run goes on. A shard redone by
-  // --retry-failed replaces its own entry.
-  std::erase_if(index_.shards,
-                [&](const IndexEntry& e) { return e.shard_index == entry.shard_index; });
+  // --retry-failed replaces the entry of the same range; the old file goes once the index no
+  // longer lists it.
+  std::vector<std::string> replaced;
+  std::erase_if(index_.shards, [&](const IndexEntry& e) {
+    const bool overlaps = e.first_seq < entry.first_seq + entry.seq_count &&
+                          entry.first_seq < e.first_seq + e.seq_count;
+    if (overlaps && e.file != entry.file) replaced.push_back(e.file);
+    return overlaps;
+  });
   index_.shards.push_back(entry);
   std::sort(index_.shards.begin(), index_.shards.end(),
             [](const IndexEntry& a, const IndexEntry& b) { return a.first_seq < b.first_seq; });
   write_index(output_dir_, index_);
+  for (const auto& file : replaced) {
+    std::error_code ignored;  // a leftover is deleted by the next resume anyway
+    std::filesystem::remove(output_dir_ / file, ignored);
+  }
 
   stats_->shards_written.fetch_add(1, std::memory_order_relaxed);
   stats_->bytes_written.fetch_add(static_cast<int64_t>(committed.bytes),

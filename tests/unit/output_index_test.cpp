@@ -48,8 +48,10 @@ OutputIndex make_index() {
   index.total_samples = 3;
   index.shard_size = 2;
   index.input = "/data/manifest é.jsonl";
-  IndexEntry first{"shard-000000.h5", 0, 0, 2, 2, 1, {2, 0, 1}, 123456, std::string(64, '1')};
-  IndexEntry second{"shard-000001.h5", 1, 2, 1, 1, 0, {1, 0, 1}, 7890, std::string(64, '2')};
+  index.input_samples = 3;
+  index.input_sha256 = std::string(64, 'c');
+  IndexEntry first{"shard-000000.h5", 0, 0, 2, 2, 1, 1, {2, 0, 1}, 123456, std::string(64, '1')};
+  IndexEntry second{"shard-000001.h5", 1, 2, 1, 1, 0, 0, {1, 0, 1}, 7890, std::string(64, '2')};
   index.shards = {first, second};
   return index;
 }
@@ -84,6 +86,7 @@ void expect_same_index(const OutputIndex& expected, const OutputIndex& actual) {
     EXPECT_EQ(actual.shards[i].seq_count, expected.shards[i].seq_count);
     EXPECT_EQ(actual.shards[i].num_samples, expected.shards[i].num_samples);
     EXPECT_EQ(actual.shards[i].num_failures, expected.shards[i].num_failures);
+    EXPECT_EQ(actual.shards[i].failed_samples, expected.shards[i].failed_samples);
     EXPECT_EQ(actual.shards[i].modality_counts, expected.shards[i].modality_counts);
     EXPECT_EQ(actual.shards[i].bytes, expected.shards[i].bytes);
     EXPECT_EQ(actual.shards[i].sha256, expected.shards[i].sha256);
@@ -200,6 +203,31 @@ TEST_F(OutputIndexTest, DetectsTotalsThatDoNotMatchTheShards) {
   json["shards"][0]["num_failures"] = 5;
   write_text(json.dump());
   expect_damaged("'totals' do not match");
+}
+
+TEST_F(OutputIndexTest, ACheckedRecordChangedWhereTheJsonStillParsesIsCaughtByTheChecksum) {
+  write_index(dir_, make_index());
+  const auto read = read_index(dir_);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->input_samples, 3);
+  EXPECT_EQ(read->input_sha256, std::string(64, 'c'));
+  for (const char* field : {"sha256", "bytes", "first_seq", "failed_samples"}) {
+    write_index(dir_, make_index());
+    nlohmann::json json = written_json();
+    auto& value = json["shards"][1][field];
+    if (value.is_string()) {
+      value = std::string(64, '3');
+    } else {
+      value = value.get<int64_t>() + 1;
+    }
+    write_text(json.dump());
+    expect_damaged("checksum does not match");
+  }
+  write_index(dir_, make_index());
+  nlohmann::json json = written_json();
+  json["input_sha256"] = std::string(64, 'd');
+  write_text(json.dump());
+  expect_damaged("checksum does not match");
 }
 
 TEST_F(OutputIndexTest, RejectsAnotherFormatOrVersion) {

@@ -13,5 +13,6 @@ using CommandFn = std::function<int()>;
 CommandFn add_run_command(CLI::App& app);
 CommandFn add_inspect_command(CLI::App& app);
 CommandFn add_tokenize_command(CLI::App& app);
+CommandFn add_doctor_command(CLI::App& app);
 
 }  // namespace precompute

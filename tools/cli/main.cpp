@@ -41,6 +41,7 @@ int main_impl(int argc, char** argv) {
   const auto run = add_run_command(app);
   const auto inspect = add_inspect_command(app);
   const auto tokenize = add_tokenize_command(app);
+  const auto doctor = add_doctor_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -51,6 +52,7 @@ int main_impl(int argc, char** argv) {
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("inspect")) return inspect();
     if (app.got_subcommand("tokenize")) return tokenize();
+    if (app.got_subcommand("doctor")) return doctor();
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     if (e.kind() == ErrorKind::kInternal) {

@@ -18,7 +18,8 @@ namespace precompute {
 CommandFn add_run_command(CLI::App& app) {
   struct Options {
     std::string config;
-    std::string input, output, device, max_failures, log_level;
+    std::string input, output, device, max_failures, log_level, gpu_memory_budget,
+        host_memory_budget;
     int batch_size = 0, decode_threads = -1, torch_threads = -1;
     int64_t shard_size = 0;
     double progress_interval = -1;
@@ -49,6 +50,10 @@ CommandFn add_run_command(CLI::App& app) {
   cmd->add_flag("--overwrite", o->overwrite,
                 "Start over: remove an earlier run's files from the output folder (by default "
                 "a rerun resumes it)");
+  cmd->add_option("--gpu-memory-budget", o->gpu_memory_budget,
+                  "Device memory per GPU: a size (8GiB) or a fraction of the card (0.8)");
+  cmd->add_option("--host-memory-budget", o->host_memory_budget,
+                  "Host memory for decoded samples in flight (e.g. 4GiB)");
   cmd->add_flag("--retry-failed", o->retry_failed,
                 "Resume, and also redo the samples that have failure records");
   cmd->add_flag("--no-supervisor", o->no_supervisor,
@@ -69,6 +74,8 @@ CommandFn add_run_command(CLI::App& app) {
     if (!o->log_level.empty()) overrides.log_level = o->log_level;
     overrides.overwrite = o->overwrite;
     overrides.retry_failed = o->retry_failed;
+    if (!o->gpu_memory_budget.empty()) overrides.gpu_memory_budget = o->gpu_memory_budget;
+    if (!o->host_memory_budget.empty()) overrides.host_memory_budget = o->host_memory_budget;
     overrides.no_supervisor = o->no_supervisor;
     apply_overrides(config, overrides);
     if (o->progress_interval >= 0) config.run.progress_interval_s = o->progress_interval;
@@ -88,7 +95,7 @@ CommandFn add_run_command(CLI::App& app) {
     if (summary.over_failure_limit(config.run)) {
       spdlog::error("{} of {} samples failed, over the limit (--max-failures); see "
                     "`precompute inspect {}` for the failure records",
-                    summary.failed_samples, summary.total_samples, summary.output.string());
+                    summary.output_failed_samples, summary.total_samples, summary.output.string());
       return kExitTooManyFailures;
     }
     return kExitOk;
