@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 
 #include "pipeline/core/sample.hpp"
@@ -20,13 +21,15 @@ class HostMemoryBudget {
   // batch can fill (the graph's deadlock-free minimum).
   HostMemoryBudget(int64_t budget_bytes, int64_t min_samples);
 
-  // Called by the source before it takes a sample: waits while the decoded bytes held exceed
-  // the budget and at least `min_samples` samples are in flight (`in_flight()`).
-  template <class InFlight>
-  void wait_for_room(InFlight in_flight) {
+  // Called by the source before it takes a sample: waits while the decoded bytes held, plus
+  // those of the samples admitted but not decoded yet (`undecoded()`, each counted as the
+  // largest sample so far), exceed the budget and at least `min_samples` samples are in flight
+  // (`in_flight()`).
+  template <class InFlight, class Undecoded>
+  void wait_for_room(InFlight in_flight, Undecoded undecoded) {
     if (budget_ <= 0) return;
     std::unique_lock lock(mutex_);
-    while (held_.load() > budget_ && in_flight() >= min_samples_) {
+    while (in_flight() >= min_samples_ && projected(undecoded()) > budget_) {
       // Completions lower in_flight() without notifying: poll as well.
       released_.wait_for(lock, std::chrono::milliseconds(20));
     }
@@ -40,11 +43,19 @@ class HostMemoryBudget {
 
  private:
   void release(int64_t bytes);
+  // Bytes held once `undecoded` more samples are decoded; unbounded before the first sample
+  // shows what a sample weighs.
+  int64_t projected(int64_t undecoded) const {
+    const int64_t largest = largest_.load();
+    if (largest == 0) return undecoded > 0 ? std::numeric_limits<int64_t>::max() : held_.load();
+    return held_.load() + undecoded * largest;
+  }
 
   int64_t budget_;
   int64_t min_samples_;
   std::atomic<int64_t> held_{0};
   std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> largest_{0};  // the largest sample charged so far
   std::mutex mutex_;
   std::condition_variable released_;
 };

@@ -26,6 +26,8 @@ struct RunStats {
   std::atomic<int64_t> invalid_utf8_texts{0};
   std::atomic<int64_t> batch_retries{0};   // failed batches retried sample by sample
   std::atomic<int64_t> oom_splits{0};      // batches split in two after running out of memory
+  // Per modality: the batch cost limit learnt from out-of-memory errors (0: none yet).
+  std::array<std::atomic<int64_t>, kNumModalities> learned_max_cost{};
   std::array<std::atomic<int64_t>, kNumModalities> embedded{};        // per modality
   std::array<std::atomic<int64_t>, kNumModalities> batches_queued{};  // sent to an encoder
   std::array<std::atomic<int64_t>, kNumModalities> batches_done{};

@@ -259,12 +259,13 @@ RunSummary run_precompute(const Config& config) {
   HostMemoryBudget host_budget(config.run.host_memory_budget,
                               static_cast<int64_t>(needed));
   settings.before_sample = [&] {
-    host_budget.wait_for_room([&] { return stats.submitted.load() - stats.completed.load(); });
+    host_budget.wait_for_room([&] { return stats.submitted.load() - stats.completed.load(); },
+                              [&] { return stats.submitted.load() - stats.prepared.load(); });
   };
   const PrepareFn prepare = [&](const SampleSpec& spec) {
     return host_budget.charge(contained(spec));
   };
-  BatchRouter router(tuned, plan.shards);
+  BatchRouter router(tuned, plan.shards, &stats.learned_max_cost);
   EncodeStage encode(pools, stats);
   ShardCommitter committer(config.output.path, index, stats);
   ShardAssembler assembler(committer, plan.shards, stats);

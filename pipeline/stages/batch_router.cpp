@@ -33,6 +33,12 @@ ModalityBatcher::ModalityBatcher(Modality modality, BatchLimits limits)
   open_.modality = modality;
 }
 
+int64_t BatchLimits::cost_limit() const {
+  const int64_t learned = learned_max_cost != nullptr ? learned_max_cost->load() : 0;
+  if (learned <= 0) return max_cost;
+  return max_cost > 0 ? std::min(max_cost, learned) : learned;
+}
+
 bool ModalityBatcher::fits(const PreparedSample& sample) const {
   if (open_.samples.empty()) return true;  // a sample over the cost limit still runs, alone
   if (static_cast<int>(open_.samples.size()) >= limits_.max_samples) return false;
@@ -40,21 +46,23 @@ bool ModalityBatcher::fits(const PreparedSample& sample) const {
       sample_cost(modality_, sample) != sample_cost(modality_, *open_.samples.front())) {
     return false;
   }
-  if (limits_.max_cost <= 0) return true;
+  const int64_t max_cost = limits_.cost_limit();
+  if (max_cost <= 0) return true;
   const int64_t cost = sample_cost(modality_, sample);
   if (limits_.padded) {
     // Captions are padded to the longest one in the batch.
     const auto n = static_cast<int64_t>(open_.samples.size()) + 1;
-    return n * std::max(open_max_tokens_, cost) <= limits_.max_cost;
+    return n * std::max(open_max_tokens_, cost) <= max_cost;
   }
-  return open_cost_ + cost <= limits_.max_cost;
+  return open_cost_ + cost <= max_cost;
 }
 
 bool ModalityBatcher::full() const {
   if (static_cast<int>(open_.samples.size()) >= limits_.max_samples) return true;
-  if (limits_.max_cost <= 0) return false;
+  const int64_t max_cost = limits_.cost_limit();
+  if (max_cost <= 0) return false;
   const auto n = static_cast<int64_t>(open_.samples.size());
-  return (limits_.padded ? n * open_max_tokens_ : open_cost_) >= limits_.max_cost;
+  return (limits_.padded ? n * open_max_tokens_ : open_cost_) >= max_cost;
 }
 
 void ModalityBatcher::add(PreparedSamplePtr sample, std::vector<ModalityBatch>& ready) {
@@ -99,9 +107,16 @@ BatchLimits batch_limits(const Config& config, Modality m) {
   return limits;
 }
 
-BatchRouter::BatchRouter(const Config& config, const ShardPlan& plan) : plan_(&plan) {
+BatchRouter::BatchRouter(const Config& config, const ShardPlan& plan,
+                         const std::array<std::atomic<int64_t>, kNumModalities>* learned_max_cost)
+    : plan_(&plan) {
   for (Modality m : kAllModalities) {
-    if (config.enabled(m)) batchers_[modality_index(m)].emplace(m, batch_limits(config, m));
+    if (!config.enabled(m)) continue;
+    auto limits = batch_limits(config, m);
+    if (learned_max_cost != nullptr) {
+      limits.learned_max_cost = &(*learned_max_cost)[modality_index(m)];
+    }
+    batchers_[modality_index(m)].emplace(m, limits);
   }
 }
 

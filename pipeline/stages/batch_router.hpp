@@ -5,6 +5,7 @@
 // thread-safe: it runs in a serial node.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -20,6 +21,11 @@ struct BatchLimits {
   int64_t max_cost = 0;    // cost units per batch; 0: no cost limit
   bool equal_steps = false;  // every sample of a batch has the same step count (video clips)
   bool padded = false;       // text: the cost is padded tokens (batch size x longest caption)
+  // Lowered by the encode stage after an out-of-memory error (Note [Out of memory]); 0: none.
+  const std::atomic<int64_t>* learned_max_cost = nullptr;
+
+  // The cost limit in force: the configured one, or the learned one when lower.
+  int64_t cost_limit() const;
 };
 
 // Cost of one sample in a batch of its modality: video frames, audio samples, text tokens.
@@ -53,7 +59,8 @@ BatchLimits batch_limits(const Config& config, Modality m);
 class BatchRouter {
  public:
   // `plan` must outlive the router.
-  BatchRouter(const Config& config, const ShardPlan& plan);
+  BatchRouter(const Config& config, const ShardPlan& plan,
+              const std::array<std::atomic<int64_t>, kNumModalities>* learned_max_cost = nullptr);
 
   struct Routed {
     SampleOutline outline;

@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "pipeline/core/error.hpp"
 #include "pipeline/run_stats.hpp"
+#include "pipeline/stages/batch_router.hpp"
 
 namespace precompute {
 
@@ -38,7 +41,9 @@ void EncoderPool::release(Encoder* encoder) {
 // to single samples; a sample that does not fit alone gets a failure record of category `oom`
 // naming its size. The halves keep input order, so the embeddings are the same rows a larger
 // batch would have produced, up to the batch-size dependence of the kernels. Splits are
-// counted in the run's summary.
+// counted in the run's summary. The cost model learns: after a split, the batch router cuts
+// later batches of that modality at half the failed batch's cost (frames, audio samples,
+// tokens), so a budget that was calibrated too generously stops costing retries.
 void EncodeStage::encode_splitting(const std::vector<PreparedSamplePtr>& samples, Modality m, EncodedBatch& out) const {
   auto& pool = *pools_[modality_index(m)];
   try {
@@ -53,7 +58,19 @@ void EncodeStage::encode_splitting(const std::vector<PreparedSamplePtr>& samples
       return;
     }
     stats_->oom_splits.fetch_add(1, std::memory_order_relaxed);
-    spdlog::warn("{}; splitting the batch of {} in two", error.what(), samples.size());
+    // Later batches are cut below half of this one's cost (never below one largest sample).
+    int64_t cost = 0, largest = 0;
+    for (const auto& s : samples) {
+      cost += sample_cost(m, *s);
+      largest = std::max(largest, sample_cost(m, *s));
+    }
+    auto& learned = stats_->learned_max_cost[modality_index(m)];
+    const int64_t cap = std::max(largest, cost / 2);
+    int64_t current = learned.load();
+    while ((current == 0 || cap < current) && !learned.compare_exchange_weak(current, cap)) {
+    }
+    spdlog::warn("{}; splitting the batch of {} in two; later {} batches cost at most {}",
+                 error.what(), samples.size(), modality_name(m), learned.load());
     const auto half = samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2);
     encode_splitting(std::vector<PreparedSamplePtr>(samples.begin(), half), m, out);
     encode_splitting(std::vector<PreparedSamplePtr>(half, samples.end()), m, out);
