@@ -1,4 +1,4 @@
-# Warnings, sanitizers and ccache for every target of the project.
+# Warnings, sanitizers, fuzzing instrumentation and ccache for every target of the project.
 
 if(PRECOMPUTE_USE_CCACHE)
   find_program(PRECOMPUTE_CCACHE ccache)
@@ -13,6 +13,11 @@ add_library(precompute::options ALIAS precompute_options)
 target_compile_options(precompute_options INTERFACE
   -Wall -Wextra -Wpedantic -Wno-unused-parameter
   $<$<BOOL:${PRECOMPUTE_WARNINGS_AS_ERRORS}>:-Werror>)
+# PC_ASSERT's `, ##__VA_ARGS__` is a GNU extension that gcc accepts silently under -Wpedantic;
+# clang (the sanitizer build) would warn at every use.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  target_compile_options(precompute_options INTERFACE -Wno-gnu-zero-variadic-macro-arguments)
+endif()
 target_include_directories(precompute_options INTERFACE "${PROJECT_SOURCE_DIR}")
 
 # Note [LibTorch exports std::filesystem]
@@ -27,5 +32,19 @@ if(PRECOMPUTE_SANITIZE)
   string(REPLACE ";" "," _sanitizers "${PRECOMPUTE_SANITIZE}")
   target_compile_options(precompute_options INTERFACE
     -fsanitize=${_sanitizers} -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  # _GLIBCXX_ASSERTIONS adds the bounds checks ASan cannot make: an index past a vector's size
+  # but inside its capacity reads memory ASan considers valid.
+  target_compile_definitions(precompute_options INTERFACE _GLIBCXX_ASSERTIONS)
   target_link_options(precompute_options INTERFACE -fsanitize=${_sanitizers})
+endif()
+
+# libFuzzer targets (tests/fuzz) need clang. The libraries they call are compiled with libFuzzer's
+# coverage instrumentation too, or the fuzzer would be blind to the branches of our own parsers.
+option(PRECOMPUTE_FUZZ "Build the libFuzzer targets of tests/fuzz (clang only)" OFF)
+if(PRECOMPUTE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "PRECOMPUTE_FUZZ=ON needs clang (libFuzzer), not ${CMAKE_CXX_COMPILER_ID}: "
+                        "configure with -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14")
+  endif()
+  target_compile_options(precompute_options INTERFACE -fsanitize=fuzzer-no-link)
 endif()

@@ -26,6 +26,12 @@ if(NOT TARGET yaml-cpp::yaml-cpp)
   add_library(yaml-cpp::yaml-cpp ALIAS yaml-cpp)
 endif()
 
+set(PRECOMPUTE_WITH_CUDA OFF)
+# The rest is LibTorch's, which a build without it (PRECOMPUTE_WITH_TORCH=OFF) does not look for.
+if(NOT PRECOMPUTE_WITH_TORCH)
+  return()
+endif()
+
 # LibTorch from the project venv's `torch` wheel: ask its Python where the CMake package lives.
 if(NOT PRECOMPUTE_PYTHON)
   if(EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python")
@@ -54,7 +60,6 @@ if(NOT PRECOMPUTE_CUDA STREQUAL "OFF")
   endif()
 endif()
 
-set(PRECOMPUTE_WITH_CUDA OFF)
 if(PRECOMPUTE_NVCC AND NOT PRECOMPUTE_CUDA STREQUAL "OFF")
   # precompute compiles no kernels with LibTorch's flags; a fixed architecture list keeps
   # LibTorch's package from probing for a GPU at configure time (a build machine may have none).

@@ -103,6 +103,18 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
              info_.model_file, " on ", info_.device, " ran out of memory on a batch of ",
              batch.size(), " (cost ", batch_cost(batch), "): ", e.what_without_backtrace());
   } catch (const c10::Error& e) {
+    // cuBLAS and cuDNN allocate their handles and workspaces outside the caching allocator: on
+    // a full device they fail with their own status, which is out of memory all the same.
+    const std::string what = e.what_without_backtrace();
+    if (what.find("ALLOC_FAILED") != std::string::npos ||
+        what.find("CUDA error: out of memory") != std::string::npos) {
+#ifdef PRECOMPUTE_WITH_CUDA
+      if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+      PC_THROW(DeviceOutOfMemoryError, modality_name(info_.modality), " encoder ",
+               info_.model_file, " on ", info_.device, " ran out of memory on a batch of ",
+               batch.size(), " (cost ", batch_cost(batch), "): ", what);
+    }
     PC_THROW(ModelError, modality_name(info_.modality), " encoder ", info_.model_file, " on ",
              info_.device, " failed on a batch of ", batch.size(), ": ",
              e.what_without_backtrace());

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -69,8 +70,11 @@ __attribute__((target("avx,f16c"))) inline void floats_to_halves_f16c(const floa
 inline void floats_to_halves(const float* in, uint16_t* out, size_t n) {
 #if defined(__x86_64__)
   static const bool f16c = [] {
+    // F16C is CPUID leaf 1, ECX bit 29 (clang 14 has no "f16c" for __builtin_cpu_supports).
+    unsigned a = 0, b = 0, c = 0, d = 0;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) != 0 &&
+           (c & bit_F16C) != 0;
   }();
   if (f16c) {
     detail::floats_to_halves_f16c(in, out, n);

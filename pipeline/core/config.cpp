@@ -341,13 +341,13 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
     if (n.has("max_file_bytes")) c.run.max_file_bytes = read_int64(n.child("max_file_bytes"));
     if (n.has("supervise")) c.run.supervise = read_bool(n.child("supervise"));
     if (n.has("max_restarts")) c.run.max_restarts = read_int(n.child("max_restarts"));
-    if (n.has("gpu_memory_budget")) {
+    if (n.has("gpu_memory_budget") && !n.child("gpu_memory_budget").node.IsNull()) {
       c.run.gpu_memory_budget =
           parse_memory_budget(read_string(n.child("gpu_memory_budget")), "run.gpu_memory_budget");
     }
     if (n.has("host_memory_budget")) {
-      c.run.host_memory_budget = parse_byte_size(read_string(n.child("host_memory_budget")),
-                                                 "run.host_memory_budget");
+      const auto text = read_string(n.child("host_memory_budget"));
+      c.run.host_memory_budget = text == "0" ? 0 : parse_byte_size(text, "run.host_memory_budget");
     }
   }
   if (top.has("video")) read_video(top.child("video"), base, c.video);

@@ -1,5 +1,9 @@
 #include "pipeline/core/sha256.hpp"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -121,8 +125,12 @@ using CompressFn = void (*)(std::array<uint32_t, 8>&, const uint8_t*, size_t);
 
 CompressFn fastest_compress() {
 #if defined(__x86_64__)
+  // The SHA extensions are CPUID leaf 7, EBX bit 29 (clang 14 has no "sha" for
+  // __builtin_cpu_supports).
+  unsigned a = 0, b = 0, c = 0, d = 0;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1")) return compress_sha_ni;
+  const bool sha = __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (b & bit_SHA) != 0;
+  if (sha && __builtin_cpu_supports("sse4.1")) return compress_sha_ni;
 #endif
   return compress_portable;
 }

@@ -77,7 +77,7 @@ std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::pat
     nlohmann::json obj;
     try {
       obj = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
       PC_THROW(InputError, name, " line ", line_no, ": not valid JSON (", e.what(),
                "); every line must be one JSON object such as "
                "{\"id\": \"clip1\", \"video\": \"clip1.mp4\", \"text\": \"a caption\"}");
@@ -164,7 +164,12 @@ std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
            "text");
   if (!fields.empty()) strip_bom(fields[0]);
   std::map<std::string, size_t> column;
-  for (size_t c = 0; c < fields.size(); ++c) column.emplace(lower(fields[c]), c);
+  for (size_t c = 0; c < fields.size(); ++c) {
+    // Every record is checked against the header's field count below: a repeated name would
+    // make that count disagree with the columns read.
+    PC_CHECK(column.emplace(lower(fields[c]), c).second, InputError, name,
+             " line 1: column '", fields[c], "' appears twice; name each column once");
+  }
   PC_CHECK(column.count("id") == 1, InputError, name,
            " line 1: no 'id' column; the header must name an id column and any of video, audio, "
            "text");

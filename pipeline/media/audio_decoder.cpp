@@ -16,6 +16,9 @@ extern "C" {
 namespace precompute {
 namespace {
 
+// The highest audio sample rate in use (DXD, 8x 96 kHz); anything above is a broken header.
+constexpr int kMaxInputSampleRate = 768000;
+
 using ffmpeg::CodecContextPtr;
 using ffmpeg::SwrContextPtr;
 
@@ -49,6 +52,12 @@ class MonoResampler {
   void reset(const AVFrame& frame) {
     format_ = static_cast<AVSampleFormat>(frame.format);
     input_rate_ = frame.sample_rate;
+    // A forged header's rate makes swr_init build filters for minutes, where no deadline
+    // reaches (found by tests/fuzz/media_fuzzer: 536,878,912 Hz took 28 s and 1.35 GB).
+    PC_MEDIA_CHECK(input_rate_ > 0 && input_rate_ <= kMaxInputSampleRate,
+                   FailureCategory::kDecodeError, file_.string(), ": the audio claims ",
+                   input_rate_, " samples per second; rates up to ", kMaxInputSampleRate,
+                   " are accepted");
     av_channel_layout_uninit(&layout_);
     const int copied = av_channel_layout_copy(&layout_, &frame.ch_layout);
     PC_MEDIA_CHECK(copied >= 0, FailureCategory::kDecodeError, file_.string(),

@@ -38,8 +38,9 @@ void EncoderPool::release(Encoder* encoder) {
 // Note [Out of memory]
 // A batch that runs out of device memory (DeviceOutOfMemoryError: the encoder has already
 // released the allocator's cached blocks) is split in two halves, each encoded on its own, down
-// to single samples; a sample that does not fit alone gets a failure record of category `oom`
-// naming its size. The halves keep input order, so the embeddings are the same rows a larger
+// to single samples; a single sample that still fails is retried once with every other encode
+// call held back (their batches may have been what filled the device), and only then gets a
+// failure record of category `oom` naming its size. The halves keep input order, so the embeddings are the same rows a larger
 // batch would have produced, up to the batch-size dependence of the kernels. Splits are
 // counted in the run's summary. The cost model learns: after a split, the batch router cuts
 // later batches of that modality at half the failed batch's cost (frames, audio samples,
@@ -47,14 +48,22 @@ void EncoderPool::release(Encoder* encoder) {
 void EncodeStage::encode_splitting(const std::vector<PreparedSamplePtr>& samples, Modality m, EncodedBatch& out) const {
   auto& pool = *pools_[modality_index(m)];
   try {
+    const std::shared_lock shared(*alone_);
     auto embeddings = pool.with_encoder([&](Encoder& e) { return e.encode(samples); });
     for (auto& e : embeddings) out.embeddings.push_back(std::move(e));
   } catch (const DeviceOutOfMemoryError& error) {
     if (samples.size() == 1) {
-      const auto& s = *samples.front();
-      out.failures.push_back({s.seq, s.id, m, FailureCategory::kOom,
-                              detail::concat("sample '", s.id, "' does not fit in device "
-                                             "memory on its own: ", error.what())});
+      // Once more with no other batch in flight: the memory may have been theirs.
+      try {
+        const std::unique_lock alone(*alone_);
+        auto embeddings = pool.with_encoder([&](Encoder& e) { return e.encode(samples); });
+        out.embeddings.push_back(std::move(embeddings.front()));
+      } catch (const DeviceOutOfMemoryError& alone_error) {
+        const auto& s = *samples.front();
+        out.failures.push_back({s.seq, s.id, m, FailureCategory::kOom,
+                                detail::concat("sample '", s.id, "' does not fit in device "
+                                               "memory on its own: ", alone_error.what())});
+      }
       return;
     }
     stats_->oom_splits.fetch_add(1, std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 #include <array>
 #include <condition_variable>
 #include <memory>
+#include <shared_mutex>
 #include <mutex>
 #include <vector>
 
@@ -67,6 +68,9 @@ class EncodeStage {
 
   EncoderPools pools_;
   RunStats* stats_;
+  // Encode calls hold it shared; the last retry of a sample that ran out of memory holds it
+  // alone, so that no other batch's memory stands in its way (Note [Out of memory]).
+  std::shared_ptr<std::shared_mutex> alone_ = std::make_shared<std::shared_mutex>();
 };
 
 }  // namespace precompute

@@ -163,6 +163,26 @@ TEST(ConfigTest, SemanticFingerprintIgnoresThroughputSettingsOnly) {
   EXPECT_NE(a, semantic_config_json(parse_config(base + "output: {dtype: float32}\n", "/x")));
 }
 
+TEST(ConfigTest, MemoryBudgetsTakeSizesAndFractions) {
+  EXPECT_EQ(parse_memory_budget("8GiB", "k").bytes, 8LL << 30);
+  EXPECT_EQ(parse_memory_budget("512 MiB", "k").bytes, 512LL << 20);
+  EXPECT_EQ(parse_memory_budget("4GB", "k").bytes, 4000000000LL);
+  EXPECT_DOUBLE_EQ(parse_memory_budget("0.8", "k").fraction, 0.8);
+  EXPECT_DOUBLE_EQ(parse_memory_budget("80%", "k").fraction, 0.8);
+  EXPECT_EQ(parse_memory_budget("0.5", "k").bytes_of(100), 50);
+  EXPECT_EQ(parse_byte_size("1000000", "k"), 1000000);
+  for (const char* bad : {"", "lots", "8 parsecs", "150%", "-1GiB", "0"}) {
+    EXPECT_THROW(parse_memory_budget(bad, "run.gpu_memory_budget"), ConfigError) << bad;
+  }
+  const auto c = parse_config("run: {gpu_memory_budget: 20GiB, host_memory_budget: 4GiB}\n"
+                              "text: {encoder: {type: bert, path: m}}\n", "/x");
+  EXPECT_EQ(c.run.gpu_memory_budget.bytes, 20LL << 30);
+  EXPECT_EQ(c.run.host_memory_budget, 4LL << 30);
+  // Budgets change batch sizes only, never what is stored.
+  EXPECT_EQ(semantic_config_json(c),
+            semantic_config_json(parse_config("text: {encoder: {type: bert, path: m}}\n", "/x")));
+}
+
 TEST(ConfigTest, ReferenceConfigParses) {
   const auto c = load_config(std::filesystem::path(PRECOMPUTE_SOURCE_DIR) / "configs/reference.yaml");
   EXPECT_TRUE(c.video.enabled && c.audio.enabled && c.text.enabled);

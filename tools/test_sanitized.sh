@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The sanitizer half of the tests (tools/test.sh runs it last). A second build tree, build-asan/,
+# compiled by clang with AddressSanitizer (leaks included) and UndefinedBehaviorSanitizer, and
+# without LibTorch (PRECOMPUTE_WITH_TORCH=OFF: LibTorch is not built with ASan, so the encoders,
+# the CLI and the pytest suite that drives it stay out). In it: every GoogleTest suite through
+# CTest, then the libFuzzer targets of tests/fuzz, side by side (one per core), each for a bounded
+# time from seeds made here. Any sanitizer report, failed test or fuzzer finding fails the script.
+# Needs the Debian packages that tools/setup.sh installs (clang-14, libclang-rt-14-dev, llvm-14).
+#
+# Environment: PRECOMPUTE_FUZZ_MANIFEST_S, PRECOMPUTE_FUZZ_MEDIA_S (seconds per fuzzer, default 30
+# and 60; 0 skips it). A finding is saved as build-asan/fuzz/NAME/crash-* (or leak-, timeout-);
+# replay it with build-asan/tests/fuzz/NAME FILE. The corpora grow in build-asan/fuzz/NAME/corpus
+# from run to run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$SECONDS
+build=build-asan
+
+if [ ! -f "$build/build.ninja" ]; then
+  # -O1: -O0 compiles in half the time but runs the fuzzers 3-4 times slower. Line tables are all
+  # that stack traces need. The flags replace RelWithDebInfo's, whose NDEBUG would turn off assert.
+  cmake -S . -B "$build" -G Ninja \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DPRECOMPUTE_SANITIZE="address;undefined" -DPRECOMPUTE_WITH_TORCH=OFF -DPRECOMPUTE_FUZZ=ON
+fi
+step=$SECONDS
+cmake --build "$build"
+echo "test_sanitized: configure and build took $((SECONDS - started)) s (build $((SECONDS - step)) s)"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:print_stacktrace=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-$(command -v llvm-symbolizer-14 || true)}
+
+step=$SECONDS
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+echo "test_sanitized: ctest took $((SECONDS - step)) s"
+
+step=$SECONDS
+fuzz="$build/fuzz"
+rm -rf "$fuzz/seeds"
+tests/fuzz/make_seeds.sh "$fuzz/seeds"
+
+# run_fuzzer NAME SECONDS SEED_DIR: starts NAME in the background, its output in NAME/log.
+pids=()
+names=()
+run_fuzzer() {
+  local name=$1 seconds=$2 seeds=$3
+  [ "$seconds" -gt 0 ] || return 0
+  mkdir -p "$fuzz/$name/corpus"
+  # -timeout: one input that runs for 10 s is a hang; -rss_limit_mb: a runaway allocation.
+  "$build/tests/fuzz/$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$fuzz/$name/" "$fuzz/$name/corpus" "$seeds" \
+    > "$fuzz/$name/log" 2>&1 &
+  pids+=($!)
+  names+=("$name")
+}
+run_fuzzer manifest_fuzzer "${PRECOMPUTE_FUZZ_MANIFEST_S:-30}" "$fuzz/seeds/manifest"
+run_fuzzer media_fuzzer "${PRECOMPUTE_FUZZ_MEDIA_S:-60}" "$fuzz/seeds/media"
+
+failed=0
+for i in "${!pids[@]}"; do
+  name=${names[$i]}
+  if wait "${pids[$i]}"; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$fuzz/$name/log")
+    echo "test_sanitized: $name: ${runs:-?} inputs, corpus of $(ls "$fuzz/$name/corpus" | wc -l)"
+  else
+    failed=1
+    echo "test_sanitized: $name FAILED; the end of $fuzz/$name/log:" >&2
+    tail -n 80 "$fuzz/$name/log" >&2
+  fi
+done
+echo "test_sanitized: fuzzing took $((SECONDS - step)) s; all took $((SECONDS - started)) s"
+exit "$failed"
