@@ -19,27 +19,23 @@
 namespace precompute {
 namespace {
 
-// What a batch costs in the units the batch limits use: frames, audio samples, tokens.
-int64_t batch_cost(const std::vector<PreparedSamplePtr>& batch) {
+// What a batch of modality `m` costs in the units the batch limits use.
+int64_t batch_cost(Modality m, const std::vector<PreparedSamplePtr>& batch) {
   int64_t cost = 0;
-  for (const auto& s : batch) {
-    if (s->video) cost += s->video->num_frames;
-    if (s->audio) cost += static_cast<int64_t>(s->audio->samples.size());
-    if (s->text) cost += static_cast<int64_t>(s->text->ids.size());
-  }
+  for (const auto& s : batch) cost += sample_cost(m, *s);
   return cost;
 }
 
 // Test hook for the out-of-memory tests on machines without a GPU:
 // PRECOMPUTE_TEST_OOM_ABOVE_COST=N makes every batch costing more than N throw the real
 // c10::OutOfMemoryError, as the CUDA caching allocator does, so that the whole recovery path runs.
-void inject_out_of_memory(const std::vector<PreparedSamplePtr>& batch) {
+void inject_out_of_memory(Modality m, const std::vector<PreparedSamplePtr>& batch) {
   static const int64_t limit = [] {
     const char* value = std::getenv("PRECOMPUTE_TEST_OOM_ABOVE_COST");
     return value == nullptr ? int64_t{-1} : std::strtoll(value, nullptr, 10);
   }();
   if (limit < 0) return;
-  const int64_t cost = batch_cost(batch);
+  const int64_t cost = batch_cost(m, batch);
   TORCH_CHECK_WITH(OutOfMemoryError, cost <= limit, "test allocator: out of memory for a batch "
                    "costing ", cost, " (PRECOMPUTE_TEST_OOM_ABOVE_COST=", limit, ")");
 }
@@ -92,7 +88,7 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
 #endif
   std::vector<SampleEmbedding> out;
   try {
-    inject_out_of_memory(batch);
+    inject_out_of_memory(info_.modality, batch);
     out = run(batch);
   } catch (const c10::OutOfMemoryError& e) {
 #ifdef PRECOMPUTE_WITH_CUDA
@@ -101,7 +97,8 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
 #endif
     PC_THROW(DeviceOutOfMemoryError, modality_name(info_.modality), " encoder ",
              info_.model_file, " on ", info_.device, " ran out of memory on a batch of ",
-             batch.size(), " (cost ", batch_cost(batch), "): ", e.what_without_backtrace());
+             batch.size(), " (cost ", batch_cost(info_.modality, batch),
+             "): ", e.what_without_backtrace());
   } catch (const c10::Error& e) {
     // cuBLAS and cuDNN allocate their handles and workspaces outside the caching allocator: on
     // a full device they fail with their own status, which is out of memory all the same.
@@ -113,7 +110,7 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
 #endif
       PC_THROW(DeviceOutOfMemoryError, modality_name(info_.modality), " encoder ",
                info_.model_file, " on ", info_.device, " ran out of memory on a batch of ",
-               batch.size(), " (cost ", batch_cost(batch), "): ", what);
+               batch.size(), " (cost ", batch_cost(info_.modality, batch), "): ", what);
     }
     PC_THROW(ModelError, modality_name(info_.modality), " encoder ", info_.model_file, " on ",
              info_.device, " failed on a batch of ", batch.size(), ": ",

@@ -81,23 +81,11 @@ PreparedSamplePtr largest_sample(const Config& config, Modality m) {
   return sample;
 }
 
-int64_t sample_units(Modality m, const PreparedSample& s) {
-  switch (m) {
-    case Modality::kVideo:
-      return s.video ? s.video->num_frames : 0;
-    case Modality::kAudio:
-      return s.audio ? static_cast<int64_t>(s.audio->samples.size()) : 0;
-    case Modality::kText:
-      return s.text ? static_cast<int64_t>(s.text->ids.size()) : 0;
-  }
-  return 0;
-}
-
 BatchProbe probe_batch(Encoder& encoder, const PreparedSamplePtr& sample, int batch) {
   const std::string& device = encoder.info().device;
   BatchProbe probe;
   probe.batch = batch;
-  probe.units = sample_units(encoder.info().modality, *sample) * batch;
+  probe.units = sample_cost(encoder.info().modality, *sample) * batch;
   release_cached_device_memory(device);
   reset_device_memory_peaks(device);
   probe.before = device_memory_use(device);
@@ -179,7 +167,7 @@ std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools
       const Modality m = e->info().modality;
       const std::string name(modality_name(m));
       const auto sample = largest_sample(config, m);
-      const int64_t units = sample_units(m, *sample);
+      const int64_t units = sample_cost(m, *sample);
       const auto one = probe_batch(*e, sample, 1);
       PC_CHECK(!one.out_of_memory && one.peak_extra_reserved <= b.per_call_bytes, ConfigError,
                "run.gpu_memory_budget ", format_bytes(b.budget_bytes), " on ", device,

@@ -20,9 +20,6 @@ namespace precompute {
 // in whole-clip mode), text of max_length tokens. Probes batch it.
 PreparedSamplePtr largest_sample(const Config& config, Modality m);
 
-// What one sample costs in its modality's batch-limit unit (frames, audio samples, tokens).
-int64_t sample_units(Modality m, const PreparedSample& sample);
-
 // One encode of `batch` copies of a sample, with the device memory around it.
 struct BatchProbe {
   int batch = 0;

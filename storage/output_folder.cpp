@@ -127,21 +127,8 @@ std::optional<OutputIndex> rebuild_index(const fs::path& dir, const std::vector<
         index.emplace();
         index->meta = shard.meta;
       }
-      IndexEntry entry;
+      IndexEntry entry = index_entry_for(c);
       entry.file = file.filename().string();
-      entry.shard_index = c.shard_index;
-      entry.first_seq = c.first_seq;
-      entry.seq_count = c.seq_count;
-      entry.num_samples = static_cast<int64_t>(c.samples.size());
-      entry.num_failures = static_cast<int64_t>(c.failures.size());
-      std::set<int64_t> failed;
-      for (const auto& f : c.failures) failed.insert(f.seq);
-      entry.failed_samples = static_cast<int64_t>(failed.size());
-      for (const auto& sample : c.samples) {
-        for (int m = 0; m < kNumModalities; ++m) {
-          if (sample.embeddings[m]) ++entry.modality_counts[m];
-        }
-      }
       entry.bytes = fs::file_size(file);
       entry.sha256 = sha256_file(file);
       index->shards.push_back(std::move(entry));
@@ -264,23 +251,11 @@ std::optional<OutputIndex> OutputFolder::load_previous_run(const IdAt& id_at) co
   std::set<std::string> recorded;
   std::vector<IndexEntry> intact;
   for (auto& entry : index->shards) {
-    const fs::path file = dir_ / entry.file;
-    std::error_code ec;
-    const auto size = fs::file_size(file, ec);
-    std::string problem;
-    if (ec) {
-      problem = "it is missing (" + ec.message() + ")";
-    } else if (size != entry.bytes) {
-      problem = "its size is " + std::to_string(size) + " bytes, not the " +
-                std::to_string(entry.bytes) + " recorded";
-    } else if (sha256_file(file) != entry.sha256) {
-      problem = "its SHA-256 differs from the one recorded";
-    }
-    if (!problem.empty()) {
+    if (const auto problem = committed_shard_problem(dir_, entry); !problem.empty()) {
       spdlog::warn("committed shard {} is damaged: {}; it is removed and its {} samples (from "
                    "position {}) will be redone",
-                   file.string(), problem, entry.seq_count, entry.first_seq);
-      if (!ec) remove_file(file);
+                   (dir_ / entry.file).string(), problem, entry.seq_count, entry.first_seq);
+      remove_file(dir_ / entry.file);  // nothing to remove when it is missing
       continue;
     }
     recorded.insert(entry.file);

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <set>
 #include <string>
 #include <system_error>
 
@@ -304,6 +305,37 @@ OutputIndex IndexParser::parse(const std::string& text) {
 }
 
 }  // namespace
+
+IndexEntry index_entry_for(const ShardContents& contents) {
+  IndexEntry entry;
+  entry.shard_index = contents.shard_index;
+  entry.first_seq = contents.first_seq;
+  entry.seq_count = contents.seq_count;
+  entry.num_samples = static_cast<int64_t>(contents.samples.size());
+  entry.num_failures = static_cast<int64_t>(contents.failures.size());
+  std::set<int64_t> failed;
+  for (const auto& f : contents.failures) failed.insert(f.seq);
+  entry.failed_samples = static_cast<int64_t>(failed.size());
+  for (const auto& sample : contents.samples) {
+    for (int m = 0; m < kNumModalities; ++m) {
+      if (sample.embeddings[m]) ++entry.modality_counts[m];
+    }
+  }
+  return entry;
+}
+
+std::string committed_shard_problem(const std::filesystem::path& output_dir,
+                                    const IndexEntry& entry) {
+  const path file = output_dir / entry.file;
+  std::error_code error;
+  const auto size = std::filesystem::file_size(file, error);
+  if (error) return "it is missing (" + error.message() + ")";
+  if (size != entry.bytes) {
+    return detail::concat("its size is ", size, " bytes, not the ", entry.bytes, " recorded");
+  }
+  if (sha256_file(file) != entry.sha256) return "its SHA-256 differs from the one recorded";
+  return {};
+}
 
 void write_index(const std::filesystem::path& output_dir, const OutputIndex& index) {
   crash_point("before-index");

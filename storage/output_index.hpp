@@ -47,6 +47,16 @@ inline constexpr std::string_view kIndexFileName = "index.json";
 inline constexpr std::string_view kIndexFormat = "precompute-index";
 inline constexpr int64_t kIndexFormatVersion = 1;
 
+// The entry of a shard holding `contents`: its range and counts. The caller adds what only the
+// written file tells (file, bytes, sha256).
+IndexEntry index_entry_for(const ShardContents& contents);
+
+// Why the file of a committed shard no longer matches its record: missing, another size, another
+// SHA-256. Empty when it matches. Checked before anything opens the file (HDF5 may misread a
+// damaged one).
+std::string committed_shard_problem(const std::filesystem::path& output_dir,
+                                    const IndexEntry& entry);
+
 // Writes `index` to DIR/index.json atomically, with a checksum over the records it holds so
 // that a damaged file is detected even where it still parses. Throws StorageError.
 void write_index(const std::filesystem::path& output_dir, const OutputIndex& index);

@@ -99,6 +99,20 @@ struct PreparedSample {
 
 using PreparedSamplePtr = std::shared_ptr<const PreparedSample>;
 
+// Cost of one sample in a batch of modality `m` (which it must have), in the unit batch limits
+// and memory budgets count: video frames, audio samples, text tokens.
+inline int64_t sample_cost(Modality m, const PreparedSample& sample) {
+  switch (m) {
+    case Modality::kVideo:
+      return sample.video->num_frames;
+    case Modality::kAudio:
+      return sample.audio->num_windows * sample.audio->window_samples;
+    case Modality::kText:
+      return static_cast<int64_t>(sample.text->ids.size());
+  }
+  return 0;
+}
+
 // One modality's embedding of one sample, on the host in float32. Pooled output has one row;
 // per-step output (pooling: none) has one row per frame, window or token.
 struct SampleEmbedding {

@@ -26,15 +26,17 @@ void on_signal(int signal) {
 
 }  // namespace
 
-void install_stop_handlers() {
+void handle_stop_signals(void (*handler)(int)) {
   struct sigaction action {};
-  action.sa_handler = on_signal;
+  action.sa_handler = handler;
   sigemptyset(&action.sa_mask);
-  // Restart interrupted system calls: the stop is polled, nobody needs EINTR.
+  // Restart interrupted system calls: stops are polled, nobody needs EINTR.
   action.sa_flags = SA_RESTART;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 }
+
+void install_stop_handlers() { handle_stop_signals(on_signal); }
 
 void request_stop(int signal) {
   int expected = 0;

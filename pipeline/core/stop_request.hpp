@@ -8,6 +8,9 @@ namespace precompute {
 
 // Installs the SIGINT and SIGTERM handlers of a run. Idempotent.
 void install_stop_handlers();
+// Makes `handler` handle SIGINT and SIGTERM, with interrupted system calls restarted (what
+// install_stop_handlers() installs, and the supervisor's forwarding).
+void handle_stop_signals(void (*handler)(int));
 // Asks the run to stop as if `signal` had arrived (tests, the watchdog's callers).
 void request_stop(int signal);
 // True once a stop was asked for; cheap enough to poll per sample.

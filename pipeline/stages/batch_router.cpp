@@ -15,18 +15,6 @@ namespace precompute {
 // stores the same bits as an uninterrupted one. The shard flush also means no batch waits for
 // samples that the in-flight limit holds back: a shard's samples never wait on the next shard.
 
-int64_t sample_cost(Modality m, const PreparedSample& sample) {
-  switch (m) {
-    case Modality::kVideo:
-      return sample.video->num_frames;
-    case Modality::kAudio:
-      return sample.audio->num_windows * sample.audio->window_samples;
-    case Modality::kText:
-      return static_cast<int64_t>(sample.text->ids.size());
-  }
-  return 0;
-}
-
 ModalityBatcher::ModalityBatcher(Modality modality, BatchLimits limits)
     : modality_(modality), limits_(limits) {
   PC_ASSERT(limits.max_samples >= 1, "batch size must be positive");

@@ -28,9 +28,6 @@ struct BatchLimits {
   int64_t cost_limit() const;
 };
 
-// Cost of one sample in a batch of its modality: video frames, audio samples, text tokens.
-int64_t sample_cost(Modality m, const PreparedSample& sample);
-
 // Accumulates one modality's samples into batches.
 class ModalityBatcher {
  public:

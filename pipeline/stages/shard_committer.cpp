@@ -64,27 +64,21 @@ void ShardCommitter::fail(std::exception_ptr error) {
 void ShardCommitter::build_loop() {
   std::unique_lock lock(mutex_);
   while (wait_for_work(lock, to_build_)) {
-    Image image;
-    image.contents = std::move(to_build_.front());
+    ShardContents contents = std::move(to_build_.front());
     to_build_.pop_front();
+    Image image;
     ++working_;
     changed_.notify_all();
     lock.unlock();
     std::exception_ptr error;
     try {
       const StageTimer timer(stats_->build_ns);
-      image.bytes = writer_.build(image.contents);
-      image.num_samples = static_cast<int64_t>(image.contents.samples.size());
-      for (const auto& sample : image.contents.samples) {
-        for (int m = 0; m < kNumModalities; ++m) {
-          image.modality_counts[m] += sample.embeddings[m] ? 1 : 0;
-        }
-      }
-      image.contents.samples.clear();
-      image.contents.samples.shrink_to_fit();
+      image.bytes = writer_.build(contents);
+      image.entry = index_entry_for(contents);
     } catch (...) {
       error = std::current_exception();
     }
+    contents = ShardContents{};  // only the image waits for the writer
     lock.lock();
     // The writer may take at most max_pending images: wait for room.
     changed_.wait(lock, [&] { return to_write_.size() < max_pending_ || error_ || error; });
@@ -121,23 +115,9 @@ void ShardCommitter::write_loop() {
 
 void ShardCommitter::write(const Image& image) {
   const StageTimer timer(stats_->commit_ns);
-  const auto& contents = image.contents;
-  const auto committed = writer_.commit(contents.shard_index, image.bytes);
-
-  IndexEntry entry;
+  const auto committed = writer_.commit(image.entry.shard_index, image.bytes);
+  IndexEntry entry = image.entry;
   entry.file = committed.file;
-  entry.shard_index = contents.shard_index;
-  entry.first_seq = contents.first_seq;
-  entry.seq_count = contents.seq_count;
-  entry.num_samples = image.num_samples;
-  entry.num_failures = static_cast<int64_t>(contents.failures.size());
-  // Failures are sorted by seq (ShardAssembler::submit_shard): count the distinct ones.
-  for (size_t i = 0; i < contents.failures.size(); ++i) {
-    if (i == 0 || contents.failures[i].seq != contents.failures[i - 1].seq) {
-      ++entry.failed_samples;
-    }
-  }
-  entry.modality_counts = image.modality_counts;
   entry.bytes = committed.bytes;
   entry.sha256 = committed.sha256;
   // Only this thread touches the index while the run goes on. A shard redone by

@@ -6,7 +6,6 @@
 // each step; submit() blocks beyond that, which bounds the memory they hold. submit() and
 // finish() are called from one thread (the assembler's).
 
-#include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -43,9 +42,7 @@ class ShardCommitter {
  private:
   // A shard's image between the two threads.
   struct Image {
-    ShardContents contents;  // samples cleared once built; failures kept for the index
-    int64_t num_samples = 0;
-    std::array<int64_t, kNumModalities> modality_counts{};
+    IndexEntry entry;  // without file, bytes and sha256 until written
     std::string bytes;
   };
 

@@ -89,7 +89,7 @@ Json examine(Encoder& encoder, const Config& config, int max_batch, int64_t budg
   j["mismatches"] = mismatches;
 
   const auto sample = largest_sample(config, m);
-  const int64_t units = sample_units(m, *sample);
+  const int64_t units = sample_cost(m, *sample);
   const char* unit_name = m == Modality::kVideo ? "frames"
                           : m == Modality::kAudio ? "audio samples"
                                                   : "tokens";

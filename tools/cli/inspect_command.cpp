@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/core/error.hpp"
-#include "pipeline/core/sha256.hpp"
 #include "storage/output_index.hpp"
 #include "storage/shard_reader.hpp"
 #include "tools/cli/commands.hpp"
@@ -35,20 +34,8 @@ ShardCheck check_shard(const std::filesystem::path& dir, const IndexEntry& entry
   ShardCheck check;
   check.entry = &entry;
   const auto file = dir / entry.file;
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(file, ec);
-  if (ec) {
-    check.problem = "missing: " + ec.message();
-    return check;
-  }
-  if (size != entry.bytes) {
-    check.problem = fmt::format("size {} bytes, index says {}", size, entry.bytes);
-    return check;
-  }
-  if (sha256_file(file) != entry.sha256) {
-    check.problem = "checksum differs from the index: the file is damaged";
-    return check;
-  }
+  check.problem = committed_shard_problem(dir, entry);
+  if (!check.problem.empty()) return check;
   try {
     auto shard = read_shard(file);
     if (static_cast<int64_t>(shard.contents.samples.size()) != entry.num_samples) {

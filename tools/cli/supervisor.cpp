@@ -12,6 +12,7 @@
 #include <string>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/stop_request.hpp"
 #include "pipeline/crash_containment.hpp"
 #include "tools/cli/exit_codes.hpp"
 
@@ -73,12 +74,7 @@ int quarantine_in_flight(const std::filesystem::path& output_dir, const std::str
 }  // namespace
 
 std::optional<int> supervise(const std::filesystem::path& output_dir, int max_restarts) {
-  struct sigaction action {};
-  action.sa_handler = forward;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  handle_stop_signals(forward);
 
   const pid_t parent = ::getpid();
   int fruitless = 0;  // crashes in a row that quarantined nothing new
@@ -92,8 +88,7 @@ std::optional<int> supervise(const std::filesystem::path& output_dir, int max_re
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(kExitRestart);
       ::setpgid(0, 0);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
+      handle_stop_signals(SIG_DFL);
       return std::nullopt;
     }
     g_child.store(child);
