@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <system_error>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/pause_clock.hpp"
 #include "storage/atomic_file.hpp"
 
 namespace precompute {
@@ -49,7 +51,7 @@ int64_t now_ns() {
 
 // Test hook for the crash-containment tests: PRECOMPUTE_TEST_DECODER_FAULT=crash:TEXT or
 // hang:TEXT makes preparing any sample whose media path contains TEXT crash (SIGSEGV) or hang,
-// as a broken decoder would.
+// as a broken decoder would; stop:TEXT stops the process (SIGSTOP) there, for the pause tests.
 void inject_decoder_fault(const SampleSpec& spec) {
   static const std::string setting = [] {
     const char* value = std::getenv("PRECOMPUTE_TEST_DECODER_FAULT");
@@ -65,6 +67,8 @@ void inject_decoder_fault(const SampleSpec& spec) {
   };
   if (!matches(spec.video) && !matches(spec.audio)) return;
   if (kind == "crash") ::raise(SIGSEGV);
+  // The process stops itself, as `kill -STOP` or Ctrl-Z would, with this sample in flight.
+  if (kind == "stop") ::raise(SIGSTOP);
   if (kind == "hang") {
     for (;;) ::pause();
   }
@@ -152,7 +156,10 @@ std::vector<int64_t> InflightJournal::flag_overdue(std::chrono::nanoseconds limi
   for (int i = 0; i < num_slots_; ++i) {
     const int64_t seq_plus_one = slots_[i].seq_plus_one.load();
     if (seq_plus_one == 0) continue;
-    if (now - slots_[i].started_ns.load() > limit.count()) {
+    // A limit counts from the last resume when the process was stopped since the sample
+    // started (Note [Paused runs] in pipeline/core/pause_clock.cpp).
+    const int64_t started = std::max(slots_[i].started_ns.load(), last_resume_ns());
+    if (now - started > limit.count()) {
       slots_[i].timed_out.store(1);
       overdue.push_back(seq_plus_one - 1);
     }
@@ -214,7 +221,12 @@ SampleWatchdog::SampleWatchdog(InflightJournal& journal, std::chrono::nanosecond
     : journal_(&journal), limit_(limit) {
   thread_ = std::thread([this] {
     std::unique_lock lock(mutex_);
-    while (!stop_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
+    constexpr int64_t kPeriodNs = 200'000'000;
+    // Far more than any scheduling delay of a running process: a pause, not a busy machine.
+    constexpr int64_t kStallNs = 3'000'000'000;
+    int64_t previous_tick = 0;
+    while (!stop_.wait_for(lock, std::chrono::nanoseconds(kPeriodNs), [&] { return stopping_; })) {
+      note_tick(steady_now_ns(), previous_tick, kPeriodNs, kStallNs);
       const auto overdue = journal_->flag_overdue(limit_);
       if (overdue.empty()) continue;
       spdlog::error("sample at input position {} has been prepared for over {:.0f} s "

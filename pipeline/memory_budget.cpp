@@ -23,9 +23,9 @@ namespace precompute {
 //   batches of the largest sample the config allows (largest_sample), in its batch-limit unit
 //   (frames, audio samples, tokens). The extra memory a call reserves above what was reserved
 //   before it is fitted as fixed + per_unit * units from two batch sizes. The budget, less the
-//   weights of every encoder on the device, is shared equally by the encode calls that may run
-//   there at once (each GPU encoder runs two, on two streams); a modality's cost limit is the
-//   most units whose fitted cost fits one share. One batch at that limit then runs as a warm-up,
+//   weights of every encoder on the device, is shared by the encode calls that may run there at
+//   once (each GPU encoder runs two, on two streams) by measured need (Note [Shares by measured
+//   need]); a modality's cost limit is the most units whose fitted cost fits its share. One batch at that limit then runs as a warm-up,
 //   as text-embeddings-inference does, so that a budget too small fails at start-up, not after
 //   an hour. A budget that cannot hold one largest sample is refused with the numbers.
 // Limits only ever go down from the config's, and they are not part of the fingerprint: a
@@ -132,6 +132,97 @@ void lower_cost_limit(Config& config, Modality m, int64_t units) {
 
 }  // namespace
 
+namespace {
+
+// One GPU encoder's measured cost on its device: peak extra reservation per call of
+// fixed + per_unit * units, from probes at batch 1 and a larger batch.
+struct EncoderCost {
+  Encoder* encoder = nullptr;
+  Modality modality = Modality::kVideo;
+  PreparedSamplePtr sample;
+  int64_t units = 0;          // of one largest sample
+  int calls = 0;              // encode calls of this encoder that may run at once
+  int64_t need = 0;           // one largest sample alone, per call
+  double per_unit = 0.0;
+  double fixed = 0.0;
+  int64_t want = 0;           // a full batch of the config (batch_size largest samples), per
+                              // call, with the headroom below
+  int64_t share = 0;          // what each call of it may use
+};
+
+// A quarter kept for fragmentation, the other calls' cached blocks and batches shaped unlike the
+// probes (measured on an H200 with BERT-base: 90% of the share cost 1,195 out-of-memory splits
+// in 50,000 texts under 2 GiB; docs/benchmarks.md).
+constexpr double kUsable = 0.75;
+
+EncoderCost measure(Encoder& e, const Config& config, int64_t available) {
+  EncoderCost c;
+  c.encoder = &e;
+  c.modality = e.info().modality;
+  c.calls = std::max(1, e.info().concurrent_calls);
+  c.sample = largest_sample(config, c.modality);
+  c.units = sample_cost(c.modality, *c.sample);
+  const auto one = probe_batch(e, c.sample, 1);
+  const std::string name(modality_name(c.modality));
+  PC_CHECK(!one.out_of_memory, ConfigError, "run.gpu_memory_budget: one ", name, " sample of ",
+           c.units, " units does not fit in the budget on ", e.info().device,
+           "; raise the budget or make samples smaller (video.size, video.num_frames, "
+           "audio.window_s, text.tokenizer.max_length)");
+  c.need = std::max<int64_t>(1, one.peak_extra_reserved);
+  // A second point for the slope, as large as the whole budget suggests, capped by the config.
+  int second = static_cast<int>(std::clamp<int64_t>(
+      available / c.calls / std::max<int64_t>(1, 4 * c.need), 2, 64));
+  second = std::min(second, std::max(2, config.section(c.modality).batch_size));
+  BatchProbe two = probe_batch(e, c.sample, second);
+  while (two.out_of_memory && second > 2) {
+    second /= 2;
+    two = probe_batch(e, c.sample, second);
+  }
+  c.per_unit = two.out_of_memory
+                   ? static_cast<double>(available) / static_cast<double>(2 * c.units * c.calls)
+                   : std::max(1.0, static_cast<double>(two.peak_extra_reserved -
+                                                       one.peak_extra_reserved) /
+                                       static_cast<double>(two.units - one.units));
+  c.fixed = std::max(0.0, static_cast<double>(one.peak_extra_reserved) -
+                              c.per_unit * static_cast<double>(c.units));
+  const double full = c.fixed + c.per_unit * static_cast<double>(c.units) *
+                                    static_cast<double>(config.section(c.modality).batch_size);
+  c.want = std::max(c.need, static_cast<int64_t>(full / kUsable));
+  return c;
+}
+
+// Note [Shares by measured need]
+// The budget left after the weights is split by what each encoder was measured to need, not
+// evenly per call: an even split refused 1 GiB for ResNet-50 + BERT-base + a small audio encoder
+// because one video call needs 164 MiB while the audio encoder needs almost nothing. Each call
+// first gets what one largest sample needs (refused, with every encoder's need listed, when even
+// that does not fit); what is left goes to each call in proportion to what a full batch of the
+// config would add, and no call gets more than that.
+void share_by_need(std::vector<EncoderCost>& costs, int64_t available, const std::string& device,
+                   int64_t budget) {
+  int64_t needed = 0;
+  double wanted = 0;
+  std::string needs;
+  for (const auto& c : costs) {
+    needed += c.need * c.calls;
+    wanted += static_cast<double>(c.want - c.need) * c.calls;
+    needs += fmt::format("{}{} {} x {} call(s)", needs.empty() ? "" : ", ",
+                         modality_name(c.modality), format_bytes(c.need), c.calls);
+  }
+  PC_CHECK(needed <= available, ConfigError, "run.gpu_memory_budget ", format_bytes(budget),
+           " on ", device, " leaves ", format_bytes(available),
+           " after the encoders' weights, but one largest sample per encoder call needs ",
+           format_bytes(needed), " (", needs, "); raise the budget or make samples smaller "
+           "(video.size, video.num_frames, audio.window_s, text.tokenizer.max_length)");
+  const double spare = static_cast<double>(available - needed);
+  const double ratio = wanted <= spare ? 1.0 : spare / wanted;
+  for (auto& c : costs) {
+    c.share = c.need + static_cast<int64_t>(ratio * static_cast<double>(c.want - c.need));
+  }
+}
+
+}  // namespace
+
 std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools& pools) {
   std::vector<DeviceBudget> budgets;
   if (!config.run.gpu_memory_budget.set()) return budgets;
@@ -157,70 +248,42 @@ std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools
       b.weights_bytes += e->parameters().bytes;
       b.concurrent_calls += e->info().concurrent_calls;
     }
-    b.per_call_bytes = (b.budget_bytes - b.weights_bytes) / std::max(1, b.concurrent_calls);
-    PC_CHECK(b.per_call_bytes > 0, ConfigError, "run.gpu_memory_budget ",
-             format_bytes(b.budget_bytes), " on ", device, " does not even hold the encoders' ",
-             format_bytes(b.weights_bytes), " of weights; raise it");
+    const int64_t available = b.budget_bytes - b.weights_bytes;
+    PC_CHECK(available > 0, ConfigError, "run.gpu_memory_budget ", format_bytes(b.budget_bytes),
+             " on ", device, " does not even hold the encoders' ", format_bytes(b.weights_bytes),
+             " of weights; raise it");
+    b.per_call_bytes = available / std::max(1, b.concurrent_calls);
     cap_device_memory(device, b.budget_bytes);
 
-    for (auto* e : encoders) {
-      const Modality m = e->info().modality;
+    std::vector<EncoderCost> costs;
+    for (auto* e : encoders) costs.push_back(measure(*e, config, available));
+    share_by_need(costs, available, device, b.budget_bytes);
+
+    for (auto& c : costs) {
+      const Modality m = c.modality;
       const std::string name(modality_name(m));
-      const auto sample = largest_sample(config, m);
-      const int64_t units = sample_cost(m, *sample);
-      const auto one = probe_batch(*e, sample, 1);
-      PC_CHECK(!one.out_of_memory && one.peak_extra_reserved <= b.per_call_bytes, ConfigError,
-               "run.gpu_memory_budget ", format_bytes(b.budget_bytes), " on ", device,
-               " leaves ", format_bytes(b.per_call_bytes), " to each of ", b.concurrent_calls,
-               " concurrent encoder calls, but one ", name, " sample of ", units,
-               " units needs ",
-               one.out_of_memory ? std::string("more than that")
-                                 : format_bytes(one.peak_extra_reserved),
-               "; raise the budget or make samples smaller (video.size, video.num_frames, "
-               "audio.window_s, text.tokenizer.max_length)");
-      // A second point for the slope, as large as the share suggests, capped by the config.
-      int second = static_cast<int>(std::clamp<int64_t>(
-          b.per_call_bytes / std::max<int64_t>(1, 4 * one.peak_extra_reserved), 2, 64));
-      second = std::min(second, std::max(2, config.section(m).batch_size));
-      BatchProbe two = probe_batch(*e, sample, second);
-      while (two.out_of_memory && second > 2) {
-        second /= 2;
-        two = probe_batch(*e, sample, second);
-      }
-      const double per_unit =
-          two.out_of_memory
-              ? static_cast<double>(b.per_call_bytes) / static_cast<double>(2 * units)
-              : std::max(1.0, static_cast<double>(two.peak_extra_reserved -
-                                                  one.peak_extra_reserved) /
-                                  static_cast<double>(two.units - one.units));
-      const double fixed = std::max(
-          0.0, static_cast<double>(one.peak_extra_reserved) - per_unit * static_cast<double>(units));
-      // A quarter kept for fragmentation, the other calls' cached blocks and batches shaped
-      // unlike the probes (measured on an H200 with BERT-base: 90% of the share cost 1,195
-      // out-of-memory splits in 50,000 texts under 2 GiB; docs/benchmarks.md).
       int64_t fit_units = static_cast<int64_t>(
-          (0.75 * static_cast<double>(b.per_call_bytes) - fixed) / per_unit);
-      fit_units = std::max(fit_units, units);
-      int fit_samples = static_cast<int>(std::max<int64_t>(1, fit_units / units));
+          (kUsable * static_cast<double>(c.share) - c.fixed) / c.per_unit);
+      fit_units = std::max(fit_units, c.units);
+      int fit_samples = static_cast<int>(std::max<int64_t>(1, fit_units / c.units));
       fit_samples = std::min(fit_samples, config.section(m).batch_size);
       // Warm-up at the largest planned batch; shrink until it fits.
-      BatchProbe check = probe_batch(*e, sample, fit_samples);
-      while ((check.out_of_memory || check.peak_extra_reserved > b.per_call_bytes) &&
-             fit_samples > 1) {
+      BatchProbe check = probe_batch(*c.encoder, c.sample, fit_samples);
+      while ((check.out_of_memory || check.peak_extra_reserved > c.share) && fit_samples > 1) {
         fit_samples = std::max(1, fit_samples * 3 / 4);
-        check = probe_batch(*e, sample, fit_samples);
+        check = probe_batch(*c.encoder, c.sample, fit_samples);
       }
-      lower_cost_limit(config, m, units * fit_samples);
-      spdlog::info("{} on {}: {:.2f} KiB per unit + {} per call; at most {} units per batch "
-                   "(largest samples: {} units each); a warm-up batch of {} reserved {} of the "
-                   "{} each call may use",
-                   name, device, per_unit / 1024.0, format_bytes(static_cast<int64_t>(fixed)),
-                   units * fit_samples, units, fit_samples,
-                   format_bytes(check.peak_extra_reserved), format_bytes(b.per_call_bytes));
+      lower_cost_limit(config, m, c.units * fit_samples);
+      spdlog::info("{} on {}: {:.2f} KiB per unit + {} per call; {} per call for a largest "
+                   "sample, {} per call given; at most {} units per batch (largest samples: {} "
+                   "units each); a warm-up batch of {} reserved {}",
+                   name, device, c.per_unit / 1024.0, format_bytes(static_cast<int64_t>(c.fixed)),
+                   format_bytes(c.need), format_bytes(c.share), c.units * fit_samples, c.units,
+                   fit_samples, format_bytes(check.peak_extra_reserved));
     }
-    spdlog::info("{}: budget {} (weights {}, {} concurrent calls of {} each)", device,
-                 format_bytes(b.budget_bytes), format_bytes(b.weights_bytes), b.concurrent_calls,
-                 format_bytes(b.per_call_bytes));
+    spdlog::info("{}: budget {} (weights {}, {} concurrent calls, shared by measured need)",
+                 device, format_bytes(b.budget_bytes), format_bytes(b.weights_bytes),
+                 b.concurrent_calls);
     budgets.push_back(b);
   }
   return budgets;

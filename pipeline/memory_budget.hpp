@@ -40,7 +40,8 @@ struct DeviceBudget {
   int64_t budget_bytes = 0;
   int64_t weights_bytes = 0;   // all encoders' weights on the device
   int concurrent_calls = 0;    // encode calls that may run at once on the device
-  int64_t per_call_bytes = 0;  // (budget - weights) / calls
+  int64_t per_call_bytes = 0;  // (budget - weights) / calls: the mean share; each encoder's own
+                               // follows its measured need
 };
 
 // Applies run.gpu_memory_budget: caps the caching allocator of every GPU the encoders use,

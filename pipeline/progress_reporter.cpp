@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "encoders/encoder.hpp"
@@ -11,6 +13,9 @@
 namespace precompute {
 
 namespace {
+
+constexpr double kMinIntervalS = 0.001;
+constexpr double kMaxIntervalS = 24 * 3600.0;
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -75,7 +80,12 @@ ProgressReporter::~ProgressReporter() {
 }
 
 void ProgressReporter::loop(double interval_s) {
-  const auto interval = std::chrono::duration<double>(interval_s);
+  // wait_for adds the interval to now() in integer clock ticks: an interval beyond about 292
+  // years wraps into the past, every wait then ends at once and the log floods without end.
+  // validate() bounds the setting; the clamp keeps any other caller safe, and its floor keeps a
+  // tiny interval from spinning. A stop still wakes the wait at once, however long it is.
+  const auto interval = std::chrono::milliseconds(
+      std::llround(std::clamp(interval_s, kMinIntervalS, kMaxIntervalS) * 1000.0));
   std::unique_lock lock(mutex_);
   while (!wake_.wait_for(lock, interval, [this] { return stop_; })) {
     spdlog::info("progress: {}", progress_line(stats_));

@@ -148,9 +148,52 @@ ShardMeta make_meta(const Config& config, const EncoderPools& pools) {
   return meta;
 }
 
+// Note [Samples without a configured input]
+// A line may give inputs that no configured modality uses (only text under a config with only a
+// video section). Such a sample gets a no_input failure record per configured modality
+// (SamplePreparer), so it is counted and listed instead of vanishing. When no line at all can be
+// used, the config and the input do not belong together: the run is refused before any work.
+void check_usable_input(const std::vector<SampleSpec>& samples, const Config& config,
+                        const std::filesystem::path& input) {
+  int64_t usable = 0;
+  for (const auto& s : samples) usable += sample_has_configured_input(s, config) ? 1 : 0;
+  if (usable > 0) {
+    if (usable < static_cast<int64_t>(samples.size())) {
+      spdlog::warn("{} of {} samples give no input that the configured modalities use; each is "
+                   "recorded as a failure of category no_input",
+                   static_cast<int64_t>(samples.size()) - usable, samples.size());
+    }
+    return;
+  }
+  std::string configured;
+  for (Modality m : kAllModalities) {
+    if (config.enabled(m)) {
+      configured += (configured.empty() ? "" : ", ") + std::string(modality_name(m));
+    }
+  }
+  PC_THROW(InputError, "none of the ", samples.size(), " samples of ", input,
+           " gives an input that the config's modalities (", configured,
+           ") use; add a section for the modalities the input has (video, audio, text) or check "
+           "input.manifest / --input");
+}
+
 }  // namespace
 
-RunSummary run_precompute(const Config& config) {
+// Note [Overwrite once]
+// --overwrite is a decision about the folder as the command found it. The supervisor restarts
+// the run after a crash; a restarted run that applied --overwrite again would delete the shards
+// committed since and the quarantine that pins the crash on its sample, and crash on the same
+// file forever. So the first run reports when the removal is done (RunContext::after_overwrite)
+// and the supervisor's later runs resume instead.
+//
+// Note [Refuse before touching the output]
+// The order below is deliberate: the input is read, the folder is locked (which only creates
+// it and its lock file), the earlier run's index is read without changing anything for the
+// checks that may refuse a resume, the encoders are loaded and the memory budget calibrated.
+// Only then are earlier files removed (--overwrite) or repaired (a resume), so a run that is
+// refused leaves the earlier output as it was.
+
+RunSummary run_precompute(const Config& config, const RunContext& context) {
   validate(config);
   const auto run_started = std::chrono::steady_clock::now();
   RunStats stats;
@@ -161,18 +204,21 @@ RunSummary run_precompute(const Config& config) {
   const auto& input_path = config.input.manifest.empty() ? config.input.folder
                                                          : config.input.manifest;
   spdlog::info("input: {} samples from {}", samples.size(), input_path.string());
+  check_usable_input(samples, config, input_path);
 
-  // Everything that can refuse the run happens before the encoders load.
-  const OutputFolder folder = OutputFolder::open(config.output.path);
-  std::optional<OutputIndex> previous;
-  if (config.output.overwrite) {
-    folder.remove_previous_run();
-  } else {
-    previous = folder.load_previous_run([&](int64_t seq) -> std::optional<std::string_view> {
-      if (seq < 0 || seq >= static_cast<int64_t>(samples.size())) return std::nullopt;
-      return samples[static_cast<size_t>(seq)].id;
-    });
-    if (previous) check_same_input(*previous, samples, config.output.path);
+  const bool overwrite = config.output.overwrite && !context.overwrite_done;
+  OutputFolderOptions folder_options;
+  folder_options.allow_foreign = config.output.overwrite;
+  folder_options.owner_pid = context.owner_pid;
+  const OutputFolder folder = OutputFolder::open(config.output.path, folder_options);
+  const auto id_at = [&](int64_t seq) -> std::optional<std::string_view> {
+    if (seq < 0 || seq >= static_cast<int64_t>(samples.size())) return std::nullopt;
+    return samples[static_cast<size_t>(seq)].id;
+  };
+  std::optional<OutputIndex> earlier;
+  if (!overwrite) {
+    earlier = folder.peek_previous_run();
+    if (earlier) check_same_input(*earlier, samples, config.output.path);
   }
 
   spdlog::info("compute: {}", describe_devices());
@@ -183,10 +229,26 @@ RunSummary run_precompute(const Config& config) {
 
   OutputIndex index;
   index.meta = make_meta(config, pools);
-  if (previous) {
-    check_same_settings(previous->meta, index.meta, semantic_config_json(config),
+  if (earlier) {
+    check_same_settings(earlier->meta, index.meta, semantic_config_json(config),
                         config.output.path);
-    index.shards = std::move(previous->shards);
+  }
+  // Batch limits under run.gpu_memory_budget (Note [Memory budgets]); throughput settings only.
+  Config tuned = config;
+  apply_memory_budget(tuned, pools);
+
+  // Nothing can refuse the run any more: the folder may change now.
+  std::optional<OutputIndex> previous;
+  if (overwrite) {
+    folder.remove_previous_run();
+  } else {
+    previous = folder.load_previous_run(id_at);
+    if (previous) {
+      check_same_input(*previous, samples, config.output.path);
+      check_same_settings(previous->meta, index.meta, semantic_config_json(config),
+                          config.output.path);
+      index.shards = std::move(previous->shards);
+    }
   }
   index.total_samples = static_cast<int64_t>(samples.size());
   index.shard_size = config.output.shard_size;
@@ -194,10 +256,8 @@ RunSummary run_precompute(const Config& config) {
   index.input_samples = static_cast<int64_t>(samples.size());
   index.input_sha256 = input_identity(samples, samples.size());
   write_index(config.output.path, index);
+  if (overwrite && context.after_overwrite) context.after_overwrite();
 
-  // Batch limits under run.gpu_memory_budget (Note [Memory budgets]); throughput settings only.
-  Config tuned = config;
-  apply_memory_budget(tuned, pools);
   for (const auto& pool : pools) {
     if (!pool) continue;
     for (const auto& e : pool->encoders()) {
@@ -287,7 +347,7 @@ RunSummary run_precompute(const Config& config) {
     const int signal = stop_signal();
     throw StoppedError(
         signal,
-        detail::concat("stopped by ", signal == SIGINT ? "SIGINT" : "SIGTERM", ": ",
+        detail::concat("stopped by ", stop_signal_name(signal), ": ",
                        committer.index().shards.size(), " shard(s) committed in ",
                        config.output.path.string(),
                        ", samples of unfinished shards dropped; rerun the same command to resume"),

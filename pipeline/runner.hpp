@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -40,11 +41,23 @@ struct RunSummary {
   bool over_failure_limit(const RunSection& run) const;
 };
 
+// What the command around a run tells it (tools/cli/run_command.cpp).
+struct RunContext {
+  // Called once --overwrite has removed the earlier run's files: a run restarted after a crash
+  // must resume what this command started, not remove it again (Note [Overwrite once]).
+  std::function<void()> after_overwrite;
+  // This run was restarted by its supervisor after --overwrite was carried out: the folder may
+  // hold files of the user's next to this command's own.
+  bool overwrite_done = false;
+  int owner_pid = 0;  // OutputFolderOptions::owner_pid
+};
+
 // Runs the job, resuming an earlier run in the output folder (Note [What a resume redoes] in
-// resume.cpp). Throws ConfigError, InputError, ModelError, StorageError or, after a SIGINT or
-// SIGTERM, StoppedError (see tools/cli for the exit code each maps to); per-sample problems are
-// failure records, never exceptions.
-RunSummary run_precompute(const Config& config);
+// resume.cpp). Everything that may refuse the run (config, input, models, memory calibration)
+// is checked before the output folder is changed. Throws ConfigError, InputError, ModelError,
+// StorageError or, after a SIGINT, SIGTERM or SIGHUP, StoppedError (see tools/cli for the exit
+// code each maps to); per-sample problems are failure records, never exceptions.
+RunSummary run_precompute(const Config& config, const RunContext& context = {});
 
 // Loads and warms up every configured encoder, one instance per device of its modality.
 EncoderPools load_encoders(const Config& config);

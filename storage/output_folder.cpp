@@ -41,10 +41,7 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kRunFilePrefix = ".precompute.";
 
-bool is_shard_file(const fs::path& file) {
-  const auto name = file.filename().string();
-  return name.rfind("shard-", 0) == 0 && file.extension() == ".h5";
-}
+bool is_shard_file(const fs::path& file) { return is_shard_file_name(file.filename().string()); }
 
 bool is_temp_file(const fs::path& file) {
   return file.filename().string().rfind(kTempFilePrefix, 0) == 0;
@@ -75,7 +72,7 @@ std::string read_lock_holder(int fd) {
   return pid.empty() ? "unknown" : pid;
 }
 
-int take_lock(const fs::path& dir) {
+int take_lock(const fs::path& dir, int owner_pid) {
   const fs::path file = dir / kLockFileName;
   const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   PC_CHECK(fd >= 0, OutputFolderError, "cannot create the lock file ", file, ": ",
@@ -86,12 +83,12 @@ int take_lock(const fs::path& dir) {
     ::close(fd);
     PC_CHECK(error != EWOULDBLOCK, OutputLockedError, "output folder ", dir,
              " is in use by another precompute run (pid ", holder,
-             "); wait for it to finish, stop it, or choose another --output");
+             "); wait for it to finish, stop it (kill ", holder, "), or choose another --output");
     PC_THROW(OutputFolderError, "cannot lock the output folder ", dir, " (", file, "): ",
              std::generic_category().message(error));
   }
   // The pid is for the message another run prints; the lock itself is the flock.
-  const std::string pid = std::to_string(::getpid()) + "\n";
+  const std::string pid = std::to_string(owner_pid > 0 ? owner_pid : ::getpid()) + "\n";
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
     const int error = errno;
     ::close(fd);
@@ -157,7 +154,71 @@ std::optional<OutputIndex> rebuild_index(const fs::path& dir, const std::vector<
   return index;
 }
 
+// An index names its shards' files, and a resume deletes the damaged ones: a name that is not
+// exactly a shard name of this folder (a path, "..") would make an edited index.json delete a
+// file elsewhere, so such an index counts as damaged and is rebuilt from the shards.
+std::optional<OutputIndex> read_checked_index(const fs::path& dir) {
+  auto index = read_index(dir);
+  if (!index) return index;
+  for (const auto& entry : index->shards) {
+    PC_CHECK(is_shard_file_name(entry.file), StorageError, "index file ", dir / kIndexFileName,
+             " is damaged: it lists a shard file named '", entry.file,
+             "', which is not a shard name (shard-NNNNNN.h5)");
+  }
+  return index;
+}
+
+// Note [Foreign output folders]
+// A run deletes only names it makes (is_run_file), inside its folder. Still, pointing --output
+// at a folder of other things is almost always a mistake (a typo, the dataset folder), so a
+// folder that holds files but no trace of a run (an index of ours, a shard, a journal) is
+// refused, naming a few of the files; --overwrite accepts it and leaves those files alone.
+void check_not_foreign(const fs::path& dir) {
+  std::vector<std::string> foreign;
+  bool ours = false;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto name = entry.path().filename().string();
+    if (name == kLockFileName || is_temp_file(entry.path())) continue;
+    if (name == kIndexFileName) {
+      try {
+        ours = ours || read_checked_index(dir).has_value();
+      } catch (const StorageError&) {
+        // Not an index of ours, or a damaged one: ours only if shards or journals are there.
+        foreign.push_back(name);
+      }
+      continue;
+    }
+    if (is_run_file(entry.path())) {
+      ours = true;
+    } else {
+      foreign.push_back(name);
+    }
+  }
+  PC_CHECK(!ec, OutputFolderError, "cannot list output folder ", dir, ": ", ec.message());
+  if (ours || foreign.empty()) return;
+  std::sort(foreign.begin(), foreign.end());
+  std::string names;
+  for (size_t i = 0; i < foreign.size() && i < 3; ++i) names += (i ? ", " : "") + foreign[i];
+  if (foreign.size() > 3) names += fmt::format(" and {} more", foreign.size() - 3);
+  PC_THROW(OutputFolderError, "output folder ", dir, " is not empty and holds no earlier "
+           "precompute run (", names, "); choose a new or empty folder with --output, or pass "
+           "--overwrite to write there anyway (only precompute's own files are ever removed)");
+}
+
 }  // namespace
+
+bool is_shard_file_name(std::string_view name) {
+  constexpr std::string_view kPrefix = "shard-";
+  constexpr std::string_view kSuffix = ".h5";
+  if (name.size() < kPrefix.size() + 6 + kSuffix.size() || name.substr(0, kPrefix.size()) != kPrefix ||
+      name.substr(name.size() - kSuffix.size()) != kSuffix) {
+    return false;
+  }
+  const auto digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  return digits.size() <= 18 &&
+         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 bool is_run_file(const fs::path& file) {
   const auto name = file.filename().string();
@@ -166,14 +227,15 @@ bool is_run_file(const fs::path& file) {
          name.rfind(kRunFilePrefix, 0) == 0;
 }
 
-OutputFolder OutputFolder::open(const fs::path& dir) {
+OutputFolder OutputFolder::open(const fs::path& dir, const OutputFolderOptions& options) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   PC_CHECK(!ec, OutputFolderError, "cannot create output folder ", dir, ": ", ec.message(),
            "; choose a writable location with --output");
   PC_CHECK(fs::is_directory(dir), OutputFolderError, "output path ", dir,
            " exists but is not a folder; choose another --output");
-  OutputFolder folder(dir, take_lock(dir));
+  OutputFolder folder(dir, take_lock(dir, options.owner_pid));
+  if (!options.allow_foreign) check_not_foreign(dir);
 
   // Prove the folder is writable now, not after an hour of decoding.
   const auto probe = dir / ".precompute.write-probe";
@@ -206,6 +268,14 @@ void OutputFolder::remove_previous_run() const {
   }
 }
 
+std::optional<OutputIndex> OutputFolder::peek_previous_run() const {
+  try {
+    return read_checked_index(dir_);
+  } catch (const StorageError&) {
+    return std::nullopt;
+  }
+}
+
 std::optional<OutputIndex> OutputFolder::load_previous_run(const IdAt& id_at) const {
   std::vector<fs::path> shards;
   int temps = 0;
@@ -224,7 +294,7 @@ std::optional<OutputIndex> OutputFolder::load_previous_run(const IdAt& id_at) co
   std::optional<OutputIndex> index;
   bool damaged = false;
   try {
-    index = read_index(dir_);
+    index = read_checked_index(dir_);
   } catch (const StorageError& e) {
     spdlog::warn("{}; rebuilding it from the {} shard file(s) in the folder", e.what(),
                  shards.size());

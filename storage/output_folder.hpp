@@ -17,12 +17,23 @@ namespace precompute {
 // The lock file in the output folder; it holds the pid of the run that has the lock.
 inline constexpr std::string_view kLockFileName = ".precompute.lock";
 
+struct OutputFolderOptions {
+  // Accept a folder that holds files precompute did not write and no earlier run of it (for
+  // --overwrite, which still removes only precompute's own files). Without it such a folder is
+  // refused: it is most likely a wrong --output.
+  bool allow_foreign = false;
+  // The pid that other runs name when this one holds the lock: the process a person should
+  // signal to stop the run (the supervisor, not the child it restarts). 0: this process.
+  int owner_pid = 0;
+};
+
 class OutputFolder {
  public:
   // Creates `dir` (and parents), takes its lock and writes a probe file. Throws
   // OutputLockedError naming the holder's pid when another run has the lock, OutputFolderError
-  // when the folder cannot be created or written.
-  static OutputFolder open(const std::filesystem::path& dir);
+  // when the folder cannot be created or written, or holds other files and no earlier run
+  // (unless options.allow_foreign). Deletes nothing.
+  static OutputFolder open(const std::filesystem::path& dir, const OutputFolderOptions& options);
 
   OutputFolder(OutputFolder&& other) noexcept;
   OutputFolder& operator=(OutputFolder&&) = delete;
@@ -47,6 +58,10 @@ class OutputFolder {
   using IdAt = std::function<std::optional<std::string_view>(int64_t seq)>;
   std::optional<OutputIndex> load_previous_run(const IdAt& id_at) const;
 
+  // The earlier run's index as it is on disk, for the checks that may refuse this run before
+  // the folder is changed in any way; std::nullopt when there is none or it is damaged.
+  std::optional<OutputIndex> peek_previous_run() const;
+
  private:
   OutputFolder(std::filesystem::path dir, int lock_fd) : dir_(std::move(dir)), lock_fd_(lock_fd) {}
 
@@ -55,7 +70,12 @@ class OutputFolder {
 };
 
 // True for the files a run writes into its output folder (shards, index, temporary files,
-// journals; not the lock file, which must outlive a --overwrite).
+// journals; not the lock file, which must outlive a --overwrite). Only these are ever deleted.
 bool is_run_file(const std::filesystem::path& file);
+
+// True for a shard file name as the writer makes it: "shard-" then six or more digits, ".h5"
+// (shard_file_name in storage/shard_writer.hpp). Nothing else, so a user's
+// shard-final-results.h5 is never taken for one.
+bool is_shard_file_name(std::string_view name);
 
 }  // namespace precompute

@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include "pipeline/core/error.hpp"
 
@@ -100,10 +103,180 @@ T scalar(const Node& n, const char* what) {
   }
 }
 
+// Note [Config bounds]
+// Every number a config file or a `run` flag sets has a range below. validate() checks them after
+// the flags are applied, and the readers quote the same range when the YAML number does not fit
+// the field at all (99999999999 for an int, 1e10 for any integer). The ranges are far beyond real
+// use; they exist so that nothing downstream overflows or runs away: seconds become int64 clock
+// ticks (wait_for and the watchdog's 2 * sample_timeout_s + 5 wrap into the past beyond about 292
+// years, so every wait ends at once), audio seconds are multiplied by sample rates, thread counts
+// become threads started at once, and counts are summed into batch, shard and in-flight limits.
+// NaN fails every comparison, so each check asks "inside?", never "outside?".
+struct Bound {
+  std::string_view key;  // as the config spells it
+  bool integer = false;
+  double lo = 0;
+  double hi = 0;
+  bool above_lo = false;  // lo itself is refused (a limit of 0 s would refuse every sample)
+  std::string_view flag;  // the `precompute run` flag that sets it too, if any
+  std::string_view zero;  // when set, 0 is allowed besides [lo, hi] and means this
+  std::string_view note;  // units and special values, shown after the range
+
+  constexpr Bound set_by(std::string_view f) const {
+    Bound b = *this;
+    b.flag = f;
+    return b;
+  }
+  constexpr Bound zero_means(std::string_view z) const {
+    Bound b = *this;
+    b.zero = z;
+    return b;
+  }
+  constexpr Bound noted(std::string_view n) const {
+    Bound b = *this;
+    b.note = n;
+    return b;
+  }
+};
+
+// An integer in [lo, hi].
+constexpr Bound count(std::string_view key, double lo, double hi) {
+  Bound b;
+  b.key = key;
+  b.integer = true;
+  b.lo = lo;
+  b.hi = hi;
+  return b;
+}
+
+// A real number in [lo, hi].
+constexpr Bound number(std::string_view key, double lo, double hi) {
+  Bound b = count(key, lo, hi);
+  b.integer = false;
+  return b;
+}
+
+// A real number in (lo, hi].
+constexpr Bound above(std::string_view key, double lo, double hi) {
+  Bound b = number(key, lo, hi);
+  b.above_lo = true;
+  return b;
+}
+
+constexpr double kDay = 24 * 3600.0;
+
+constexpr Bound kBounds[] = {
+    count("output.shard_size", 1, 1e9).set_by("--shard-size"),
+    count("output.chunk_rows", 1, 1 << 20),
+    count("run.decode_threads", 0, kMaxThreads).set_by("--decode-threads").noted("0: one per core"),
+    count("run.torch_threads", 0, kMaxThreads).set_by("--torch-threads").noted("0: one per core"),
+    count("run.max_in_flight", 0, 1e6).noted("0: automatic"),
+    // An interval under a millisecond is a flood of lines, not progress.
+    number("run.progress_interval_s", 0.001, kDay)
+        .set_by("--progress-interval")
+        .zero_means("no progress lines")
+        .noted("seconds; 86400 is 1 day"),
+    above("run.sample_timeout_s", 0, 7 * kDay).noted("seconds; 604800 is 7 days"),
+    count("run.max_file_bytes", 1, 1125899906842624.0).noted("bytes; 1125899906842624 is 1 PiB"),
+    count("run.max_restarts", 0, 1000),
+    count("video.batch_size", 1, 65536).set_by("--batch-size"),
+    count("audio.batch_size", 1, 65536).set_by("--batch-size"),
+    count("text.batch_size", 1, 65536).set_by("--batch-size"),
+    number("video.sampling.fps", 0.001, 1000).noted("frames per second"),
+    count("video.sampling.num_frames", 1, 100000),
+    count("video.size", 8, 4096).noted("pixels"),
+    number("video.mean", -1e6, 1e6),
+    above("video.std", 0, 1e6),
+    count("video.max_batch_frames", 0, 1e9).noted("0: no limit"),
+    above("video.max_duration_s", 0, 30 * kDay).noted("seconds; 2592000 is 30 days"),
+    count("video.max_frames", 1, 1e6),
+    count("video.decoder_threads", 0, 64).noted("0: FFmpeg chooses"),
+    count("video.max_pixels", 1, 1e12),
+    count("video.max_decoded_frames", 1, 1e12),
+    count("audio.sample_rate", 1000, 384000).noted("Hz"),
+    number("audio.window_s", 0, kDay)
+        .noted("seconds; 0: the whole clip is one window; 86400 is 1 day"),
+    number("audio.hop_s", 0, kDay).noted("seconds; 0: window_s; 86400 is 1 day"),
+    count("audio.max_batch_seconds", 0, 30 * kDay).noted("0: no limit; 2592000 is 30 days"),
+    above("audio.max_duration_s", 0, 30 * kDay).noted("seconds; 2592000 is 30 days"),
+    count("text.max_batch_tokens", 0, 1e9).noted("0: no limit"),
+    count("text.tokenizer.max_length", kMinTokenizerMaxLength, kMaxTokenizerMaxLength)
+        .noted("[CLS], at least one token and [SEP]"),
+    count("text.output_layer", -1, 1000).noted("-1: the last layer, 0: the embeddings"),
+    count("text.max_text_bytes", 1, 1 << 30).noted("bytes; 1073741824 is 1 GiB"),
+};
+
+// The bound of a config key; an element such as video.size[1] has its list's.
+const Bound& bound_of(std::string_view key) {
+  key = key.substr(0, key.find('['));
+  for (const auto& b : kBounds) {
+    if (b.key == key) return b;
+  }
+  PC_THROW(InternalError, "config key '", key, "' has no bound (Note [Config bounds])");
+}
+
+// Bounds are whole numbers up to 1e12 or simple decimals; printed without an exponent.
+std::string number_text(double x) {
+  if (std::isfinite(x) && x == std::floor(x) && std::abs(x) < 1e15) {
+    return std::to_string(static_cast<int64_t>(x));
+  }
+  return fmt::format("{}", x);
+}
+
+template <class T>
+std::string value_text(T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return fmt::format("{}", value);
+  } else {
+    return std::to_string(value);
+  }
+}
+
+// "an integer from 0 to 1024 (0: one per core)" and the like.
+std::string range_text(const Bound& b) {
+  std::string text;
+  if (!b.zero.empty()) text += fmt::format("0 ({}) or ", b.zero);
+  text += b.integer ? "an integer " : "a number ";
+  text += b.above_lo ? fmt::format("above {} and at most {}", number_text(b.lo), number_text(b.hi))
+                     : fmt::format("from {} to {}", number_text(b.lo), number_text(b.hi));
+  if (!b.note.empty()) text += fmt::format(" ({})", b.note);
+  return text;
+}
+
+// Where a wrong value came from: the file, or the flag that overrides it.
+std::string origin_text(const Bound& b) {
+  return b.flag.empty() ? std::string() : fmt::format(" (config file or {})", b.flag);
+}
+
+bool in_bounds(const Bound& b, double value) {
+  if (!b.zero.empty() && value == 0) return true;
+  return (b.above_lo ? value > b.lo : value >= b.lo) && value <= b.hi;
+}
+
+// Throws ConfigError naming `key` (the element, for a list), its range and `value`.
+template <class T>
+void check_bound(std::string_view key, T value) {
+  const Bound& b = bound_of(key);
+  PC_CHECK(in_bounds(b, static_cast<double>(value)), ConfigError, "config key '", key,
+           "' must be ", range_text(b), ", got ", value_text(value), origin_text(b));
+}
+
+// A number of key n.path, read as T. yaml-cpp refuses one that does not fit T, or an integer
+// written with a fraction or an exponent, without saying which: the range says both.
+template <class T>
+T read_number(const Node& n) {
+  T value{};
+  if (n.node.IsScalar() && YAML::convert<T>::decode(n.node, value)) return value;
+  const Bound& b = bound_of(n.path);
+  PC_THROW(ConfigError, "config key '", n.path, "' must be ", range_text(b), ", got ",
+           n.node.IsScalar() ? "'" + n.node.Scalar() + "'" : std::string("a list or mapping"),
+           origin_text(b));
+}
+
 bool read_bool(const Node& n) { return scalar<bool>(n, "true or false"); }
-int read_int(const Node& n) { return scalar<int>(n, "an integer"); }
-int64_t read_int64(const Node& n) { return scalar<int64_t>(n, "an integer"); }
-double read_double(const Node& n) { return scalar<double>(n, "a number"); }
+int read_int(const Node& n) { return read_number<int>(n); }
+int64_t read_int64(const Node& n) { return read_number<int64_t>(n); }
+double read_double(const Node& n) { return read_number<double>(n); }
 std::string read_string(const Node& n) { return scalar<std::string>(n, "a string"); }
 
 // Fails on keys the section does not know: a typo must not silently fall back to a default.
@@ -158,7 +331,11 @@ std::array<float, N> read_floats(const Node& n) {
            "' must be a list of ", N, " numbers");
   std::array<float, N> out{};
   for (size_t i = 0; i < N; ++i) {
-    out[i] = static_cast<float>(read_double({n.node[i], n.path + "[" + std::to_string(i) + "]"}));
+    const Node element{n.node[i], n.path + "[" + std::to_string(i) + "]"};
+    const double value = read_double(element);
+    // Checked before the cast: a double beyond float's range has no float to become.
+    check_bound(element.path, value);
+    out[i] = static_cast<float>(value);
   }
   return out;
 }
@@ -207,7 +384,8 @@ void read_encoder_section(const Node& n, const std::filesystem::path& base, Enco
 void read_video(const Node& n, const std::filesystem::path& base, VideoSection& v) {
   check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize", "sampling",
                  "size", "resize", "mean", "std", "layout", "max_batch_frames", "max_duration_s",
-                 "max_frames", "decoder_threads", "max_pixels", "max_decoded_frames"});
+                 "max_frames", "decoder_threads", "max_pixels", "max_decoded_frames",
+                 "autorotate"});
   read_encoder_section(n, base, v);
   if (n.has("sampling")) {
     const Node s = n.child("sampling");
@@ -251,6 +429,7 @@ void read_video(const Node& n, const std::filesystem::path& base, VideoSection& 
   if (n.has("max_decoded_frames")) {
     v.max_decoded_frames = read_int64(n.child("max_decoded_frames"));
   }
+  if (n.has("autorotate")) v.autorotate = read_bool(n.child("autorotate"));
 }
 
 void read_audio(const Node& n, const std::filesystem::path& base, AudioSection& a) {
@@ -342,12 +521,13 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
     if (n.has("supervise")) c.run.supervise = read_bool(n.child("supervise"));
     if (n.has("max_restarts")) c.run.max_restarts = read_int(n.child("max_restarts"));
     if (n.has("gpu_memory_budget") && !n.child("gpu_memory_budget").node.IsNull()) {
-      c.run.gpu_memory_budget =
-          parse_memory_budget(read_string(n.child("gpu_memory_budget")), "run.gpu_memory_budget");
+      c.run.gpu_memory_budget = parse_memory_budget(read_string(n.child("gpu_memory_budget")),
+                                                    "config key 'run.gpu_memory_budget'");
     }
     if (n.has("host_memory_budget")) {
       const auto text = read_string(n.child("host_memory_budget"));
-      c.run.host_memory_budget = text == "0" ? 0 : parse_byte_size(text, "run.host_memory_budget");
+      c.run.host_memory_budget =
+          text == "0" ? 0 : parse_byte_size(text, "config key 'run.host_memory_budget'");
     }
   }
   if (top.has("video")) read_video(top.child("video"), base, c.video);
@@ -416,8 +596,10 @@ MemoryBudget parse_memory_budget(const std::string& text, std::string_view key) 
   MemoryBudget budget;
   if (split_size(text, number, unit) && (unit == "%" || (unit.empty() && number <= 1.0))) {
     budget.fraction = unit == "%" ? number / 100.0 : number;
-    PC_CHECK(budget.fraction > 0 && budget.fraction <= 1.0, ConfigError, key, " '", text,
-             "' must be a fraction of the card between 0 and 1 (or 100%)");
+    // Below a thousandth of a card no encoder's weights fit; say so now, not at calibration.
+    PC_CHECK(budget.fraction >= 0.001 && budget.fraction <= 1.0, ConfigError, key, " '", text,
+             "' must be a fraction of the card from 0.001 to 1 (or 0.1% to 100%), or a size "
+             "such as 8GiB");
     return budget;
   }
   try {
@@ -438,24 +620,28 @@ std::string format_bytes(int64_t bytes) {
 }
 
 void parse_max_failures(const std::string& text, RunSection& run) {
+  // One message for every malformed form: std::stod and std::stoll throw on text that is not a
+  // number or does not fit, and NaN fails the range check.
+  const auto refuse = [&] {
+    PC_THROW(ConfigError, "config key 'run.max_failures' must be a count from -1 (no limit) up, "
+             "or a percentage from 0% to 100% such as 1%, got '", text,
+             "' (config file or --max-failures)");
+  };
+  size_t used = 0;
   try {
-    size_t used = 0;
     if (!text.empty() && text.back() == '%') {
       const double pct = std::stod(text.substr(0, text.size() - 1), &used);
-      PC_CHECK(used == text.size() - 1 && pct >= 0 && pct <= 100, ConfigError,
-               "max_failures '", text, "' must be a percentage between 0% and 100%");
+      if (used != text.size() - 1 || !(pct >= 0 && pct <= 100)) refuse();
       run.max_failure_fraction = pct / 100.0;
       run.max_failures = -1;
       return;
     }
     const long long count = std::stoll(text, &used);
-    PC_CHECK(used == text.size() && count >= -1, ConfigError, "max_failures '", text,
-             "' must be a count (-1: no limit) or a percentage such as 1%");
+    if (used != text.size() || count < -1) refuse();
     run.max_failures = count;
     run.max_failure_fraction = -1.0;
   } catch (const std::logic_error&) {
-    PC_THROW(ConfigError, "max_failures '", text,
-             "' must be a count (-1: no limit) or a percentage such as 1%");
+    refuse();
   }
 }
 
@@ -531,8 +717,7 @@ void validate_encoder(const EncoderSection& s, const std::string& name,
              " does not exist; export it first (tools/scripts/export_encoders.py makes the "
              "demo's)");
   }
-  PC_CHECK(s.batch_size >= 1, ConfigError, "config key '", name,
-           ".batch_size' must be at least 1, got ", s.batch_size);
+  check_bound(name + ".batch_size", s.batch_size);
   for (const auto& d : s.devices) validate_device(d, name + ".device");
   const bool allowed =
       std::find(poolings.begin(), poolings.end(), s.pooling_mode()) != poolings.end();
@@ -552,21 +737,20 @@ void validate(const Config& c) {
            "or pass --input");
   PC_CHECK(!c.output.path.empty(), ConfigError, where(c),
            ": no output folder; set 'output.path' or pass --output");
-  PC_CHECK(c.output.shard_size >= 1, ConfigError, "config key 'output.shard_size' must be at "
-                                                  "least 1, got ", c.output.shard_size);
-  PC_CHECK(c.output.chunk_rows >= 1, ConfigError, "config key 'output.chunk_rows' must be at "
-                                                  "least 1, got ", c.output.chunk_rows);
+  check_bound("output.shard_size", c.output.shard_size);
+  check_bound("output.chunk_rows", c.output.chunk_rows);
   PC_CHECK(c.video.enabled || c.audio.enabled || c.text.enabled, ConfigError, where(c),
            ": no encoder configured; add a 'video', 'audio' or 'text' section");
   for (const auto& d : c.run.devices) validate_device(d, "run.device");
-  PC_CHECK(c.run.decode_threads >= 0 && c.run.torch_threads >= 0 && c.run.max_in_flight >= 0,
-           ConfigError, "config keys run.decode_threads, run.torch_threads and "
-                        "run.max_in_flight must be 0 (automatic) or positive");
+  check_bound("run.decode_threads", c.run.decode_threads);
+  check_bound("run.torch_threads", c.run.torch_threads);
+  check_bound("run.max_in_flight", c.run.max_in_flight);
+  check_bound("run.progress_interval_s", c.run.progress_interval_s);
+  check_bound("run.sample_timeout_s", c.run.sample_timeout_s);
+  check_bound("run.max_file_bytes", c.run.max_file_bytes);
+  check_bound("run.max_restarts", c.run.max_restarts);
   static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn",
                                                 "warning", "error", "critical", "off"};
-  PC_CHECK(c.run.sample_timeout_s > 0 && c.run.max_file_bytes > 0 && c.run.max_restarts >= 0,
-           ConfigError, "config keys run.sample_timeout_s and run.max_file_bytes must be "
-                        "positive, run.max_restarts 0 or more");
   PC_CHECK(!(c.output.overwrite && c.output.retry_failed), ConfigError,
            "--overwrite starts over and --retry-failed resumes: give one of them");
   PC_CHECK(kLevels.count(c.run.log_level) == 1, ConfigError, "log level '", c.run.log_level,
@@ -575,14 +759,18 @@ void validate(const Config& c) {
   if (c.video.enabled) {
     const auto& v = c.video;
     validate_encoder(v, "video", {"torchscript"}, {Pooling::kMean, Pooling::kNone, Pooling::kModel});
-    PC_CHECK((v.fps > 0) != (v.num_frames > 0), ConfigError,
-             "config key 'video.sampling' needs exactly one of 'fps: X' (X > 0) or "
-             "'num_frames: N' (N >= 1)");
-    PC_CHECK(v.height >= 8 && v.width >= 8 && v.height <= 4096 && v.width <= 4096, ConfigError,
-             "config key 'video.size' must be between 8 and 4096 pixels, got ", v.height, "x",
-             v.width);
+    // 0 is how the struct says "not set"; anything else, NaN included, is a choice to check.
+    if (v.fps != 0) check_bound("video.sampling.fps", v.fps);
+    if (v.num_frames != 0) check_bound("video.sampling.num_frames", v.num_frames);
+    PC_CHECK((v.fps != 0) != (v.num_frames != 0), ConfigError,
+             "config key 'video.sampling' needs exactly one of 'fps', ",
+             range_text(bound_of("video.sampling.fps")), ", or 'num_frames', ",
+             range_text(bound_of("video.sampling.num_frames")));
+    check_bound("video.size", v.height);
+    check_bound("video.size", v.width);
     for (int i = 0; i < 3; ++i) {
-      PC_CHECK(v.std[i] > 0, ConfigError, "config key 'video.std' must be positive");
+      check_bound("video.mean", v.mean[i]);
+      check_bound("video.std", v.std[i]);
     }
     PC_CHECK(v.layout == VideoLayout::kClips || v.pooling_mode() != Pooling::kModel, ConfigError,
              "config key 'video.pooling: model' needs 'layout: clips' (the model sees whole "
@@ -590,25 +778,31 @@ void validate(const Config& c) {
     PC_CHECK(v.layout == VideoLayout::kFrames || v.num_frames > 0, ConfigError,
              "config key 'video.layout: clips' needs 'sampling: {num_frames: N}' so that every "
              "clip in a batch has the same number of frames");
-    PC_CHECK(v.max_duration_s > 0 && v.max_frames >= 1 && v.decoder_threads >= 0 &&
-                 v.max_pixels > 0 && v.max_decoded_frames > 0,
-             ConfigError, "config keys video.max_duration_s, video.max_frames, "
-                          "video.max_pixels and video.max_decoded_frames must be positive");
+    check_bound("video.max_batch_frames", v.max_batch_frames);
+    check_bound("video.max_duration_s", v.max_duration_s);
+    check_bound("video.max_frames", v.max_frames);
+    check_bound("video.decoder_threads", v.decoder_threads);
+    check_bound("video.max_pixels", v.max_pixels);
+    check_bound("video.max_decoded_frames", v.max_decoded_frames);
   }
   if (c.audio.enabled) {
     const auto& a = c.audio;
     validate_encoder(a, "audio", {"torchscript"}, {Pooling::kMean, Pooling::kNone});
-    PC_CHECK(a.sample_rate >= 1000 && a.sample_rate <= 384000, ConfigError,
-             "config key 'audio.sample_rate' must be between 1000 and 384000 Hz, got ",
-             a.sample_rate);
-    PC_CHECK(a.window_s >= 0 && a.hop_s >= 0, ConfigError,
-             "config keys audio.window_s and audio.hop_s must not be negative");
+    check_bound("audio.sample_rate", a.sample_rate);
+    check_bound("audio.window_s", a.window_s);
+    check_bound("audio.hop_s", a.hop_s);
     PC_CHECK(a.window_s > 0 || a.hop_s == 0, ConfigError,
              "config key 'audio.hop_s' needs 'audio.window_s' (whole-clip mode has no hop)");
-    PC_CHECK(a.window_s == 0 || a.window_s * a.sample_rate >= 1, ConfigError,
-             "config key 'audio.window_s' is shorter than one sample");
-    PC_CHECK(a.max_duration_s > 0, ConfigError, "config key 'audio.max_duration_s' must be "
-                                                "positive");
+    // A window or hop under one sample rounds to nothing (window) or to one sample (hop: a
+    // window starting at every sample of the clip).
+    for (const auto& [key, seconds] : {std::pair{"audio.window_s", a.window_s},
+                                       std::pair{"audio.hop_s", a.hop_s}}) {
+      PC_CHECK(seconds == 0 || seconds * a.sample_rate >= 1, ConfigError, "config key '", key,
+               "' must be ", range_text(bound_of(key)), ", and at least one sample (1/",
+               a.sample_rate, " s), got ", value_text(seconds));
+    }
+    check_bound("audio.max_batch_seconds", a.max_batch_seconds);
+    check_bound("audio.max_duration_s", a.max_duration_s);
   }
   if (c.text.enabled) {
     const auto& t = c.text;
@@ -626,11 +820,10 @@ void validate(const Config& c) {
     PC_CHECK(t.vocab.empty() || std::filesystem::is_regular_file(t.vocab), ConfigError,
              "config key 'text.tokenizer.vocab': ", t.vocab,
              " does not exist; point it at the model's vocab.txt");
-    PC_CHECK(!t.max_length || (*t.max_length >= 2 && *t.max_length <= 65536), ConfigError,
-             "config key 'text.tokenizer.max_length' must be between 2 and 65536, got ",
-             t.max_length.value_or(0));
-    PC_CHECK(t.max_text_bytes > 0, ConfigError, "config key 'text.max_text_bytes' must be "
-                                                "positive");
+    if (t.max_length) check_bound("text.tokenizer.max_length", *t.max_length);
+    check_bound("text.max_batch_tokens", t.max_batch_tokens);
+    check_bound("text.max_text_bytes", t.max_text_bytes);
+    check_bound("text.output_layer", t.output_layer);
     PC_CHECK(t.encoder.type == "bert" || t.output_layer == -1, ConfigError,
              "config key 'text.output_layer' needs 'encoder.type: bert' (a TorchScript model "
              "returns what it returns)");
@@ -690,6 +883,7 @@ nlohmann::json config_json(const Config& c, bool semantic) {
     e["mean"] = v.mean;
     e["std"] = v.std;
     e["layout"] = video_layout_name(v.layout);
+    e["autorotate"] = v.autorotate;
     if (!semantic) {
       e["max_batch_frames"] = v.max_batch_frames;
       e["max_duration_s"] = v.max_duration_s;
@@ -732,7 +926,13 @@ nlohmann::json config_json(const Config& c, bool semantic) {
 
 }  // namespace
 
-std::string semantic_config_json(const Config& c) { return config_json(c, true).dump(); }
-std::string full_config_json(const Config& c) { return config_json(c, false).dump(); }
+// Paths are bytes and may hold invalid UTF-8, which JSON cannot: such bytes become U+FFFD here
+// (the JSON is a record for people and a fingerprint; the run uses the paths themselves).
+std::string semantic_config_json(const Config& c) {
+  return config_json(c, true).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+std::string full_config_json(const Config& c) {
+  return config_json(c, false).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 }  // namespace precompute

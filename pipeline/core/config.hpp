@@ -15,6 +15,15 @@
 
 namespace precompute {
 
+// Limits shared with the commands that take the same settings as flags (Note [Config bounds] in
+// config.cpp has every other range).
+// Threads one setting may start at once: more than machines have cores, far fewer than the count
+// at which creating them fails.
+inline constexpr int kMaxThreads = 1024;
+// Tokens per text, [CLS] and [SEP] included: a shorter limit leaves no room for the text itself.
+inline constexpr int kMinTokenizerMaxLength = 3;
+inline constexpr int kMaxTokenizerMaxLength = 65536;
+
 // Floating-point type the encoder runs in.
 enum class ComputeDtype { kFloat32, kFloat16, kBFloat16 };
 // Floating-point type embeddings are stored in.
@@ -83,6 +92,7 @@ struct VideoSection : EncoderSection {
   int decoder_threads = 1;         // FFmpeg threads per decoder (parallelism is across samples)
   int64_t max_pixels = 8192LL * 8192;  // coded width x height above this: category too_large
   int64_t max_decoded_frames = 1000000;  // frames through the decoder per sample: too_long
+  bool autorotate = true;          // apply the stream's display matrix (rotation, flips)
 };
 
 struct AudioSection : EncoderSection {
@@ -200,7 +210,9 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
 // Applies command-line overrides (relative paths resolve against the working directory).
 void apply_overrides(Config& config, const ConfigOverrides& overrides);
 
-// Checks the whole config for consistency; throws ConfigError with the fix.
+// Checks the whole config for consistency, and every number against its range (Note [Config
+// bounds] in config.cpp); throws ConfigError naming the key, the range and the value. Called
+// after apply_overrides(), so flags are checked too.
 void validate(const Config& config);
 
 // Parses "10" (a count) or "2.5%" (a fraction of all samples) into the run section.

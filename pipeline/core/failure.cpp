@@ -10,7 +10,7 @@ struct CategoryName {
   std::string_view name;
 };
 
-constexpr std::array<CategoryName, 12> kCategoryNames = {{
+constexpr std::array<CategoryName, 13> kCategoryNames = {{
     {FailureCategory::kMissing, "missing"},
     {FailureCategory::kUnreadable, "unreadable"},
     {FailureCategory::kNoStream, "no_stream"},
@@ -23,6 +23,7 @@ constexpr std::array<CategoryName, 12> kCategoryNames = {{
     {FailureCategory::kOom, "oom"},
     {FailureCategory::kUnsupported, "unsupported"},
     {FailureCategory::kCrashed, "crash"},
+    {FailureCategory::kNoInput, "no_input"},
 }};
 
 }  // namespace

@@ -24,6 +24,7 @@ enum class FailureCategory : uint8_t {
   kOom,          // did not fit in device memory even alone
   kUnsupported,  // a codec or format this build cannot handle
   kCrashed,      // the process crashed (or hung) twice while this sample was being prepared
+  kNoInput,      // the sample gives no input that any configured modality uses
 };
 
 std::string_view failure_category_name(FailureCategory category);

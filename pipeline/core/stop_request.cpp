@@ -34,6 +34,8 @@ void handle_stop_signals(void (*handler)(int)) {
   action.sa_flags = SA_RESTART;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  // A closed terminal or ended ssh session: commit what is complete, as for SIGTERM.
+  sigaction(SIGHUP, &action, nullptr);
 }
 
 void install_stop_handlers() { handle_stop_signals(on_signal); }
@@ -46,5 +48,18 @@ void request_stop(int signal) {
 bool stop_requested() { return g_signal.load(std::memory_order_relaxed) != 0; }
 
 int stop_signal() { return g_signal.load(); }
+
+const char* stop_signal_name(int signal) {
+  switch (signal) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
+  }
+}
 
 }  // namespace precompute

@@ -127,8 +127,9 @@ class MonoResampler {
 // so that the whole clip is covered (with H > W, windows would otherwise start past the end;
 // n stops at the last window that starts inside the clip). Every window holds W samples, zeros
 // past the end of the clip; valid_samples[k] = min(W, L - k*H) says how many are real. Window k
-// starts at start + k*H/rate seconds, where start is the first decoded frame's time from the
-// stream's start (usually 0).
+// starts at start + k*H/rate seconds, where start is the first decoded frame's time on the
+// sample clock (Note [Sample clock] in ffmpeg_common.hpp): usually 0, but an audio track that
+// begins later than its video keeps that offset.
 AudioWindows cut_windows(std::vector<float> samples, double start_s,
                          const AudioDecodeOptions& options) {
   const auto length = static_cast<int64_t>(samples.size());
@@ -213,10 +214,11 @@ AudioWindows decode_audio(const std::filesystem::path& file, const AudioDecodeOp
   PC_MEDIA_CHECK(!samples.empty(), FailureCategory::kDecodeError, file.string(),
                  ": the audio stream decoded to no samples");
 
-  const int64_t stream_start = stream->start_time != AV_NOPTS_VALUE ? stream->start_time : 0;
-  const double start_s = first_pts != AV_NOPTS_VALUE
-                             ? static_cast<double>(first_pts - stream_start) * av_q2d(time_base)
-                             : 0.0;
+  // As for video, a stream without a start in its headers starts at its first frame.
+  int64_t stream_start = stream->start_time;
+  if (stream_start == AV_NOPTS_VALUE) stream_start = first_pts != AV_NOPTS_VALUE ? first_pts : 0;
+  const double start_s = ffmpeg::sample_clock_seconds(
+      input.format(), stream, first_pts != AV_NOPTS_VALUE ? first_pts : stream_start, stream_start);
   return cut_windows(std::move(samples), start_s, options);
 }
 

@@ -21,6 +21,7 @@ extern "C" {
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/pause_clock.hpp"
 
 namespace precompute::ffmpeg {
 namespace {
@@ -260,14 +261,16 @@ void free_io_context(AVIOContext* io) {
   avio_context_free(&io);
 }
 
-Deadline::Deadline(double seconds) : seconds_(seconds) {
-  const auto now = std::chrono::steady_clock::now();
+Deadline::Deadline(double seconds) : started_ns_(steady_now_ns()), seconds_(seconds) {
   // Beyond a century the deadline is "never"; converting it would overflow the clock.
   constexpr double kNeverSeconds = 100.0 * 365 * 24 * 3600;
-  at_ = seconds >= kNeverSeconds
-            ? std::chrono::steady_clock::time_point::max()
-            : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(seconds));
+  limit_ns_ = !(seconds < kNeverSeconds) ? -1 : static_cast<int64_t>(std::max(0.0, seconds) * 1e9);
+}
+
+bool Deadline::passed() const {
+  if (limit_ns_ < 0) return false;
+  const int64_t from = std::max(started_ns_, last_resume_ns());
+  return steady_now_ns() - from >= limit_ns_;
 }
 
 void Deadline::check(const std::filesystem::path& file, const char* stage) const {
@@ -438,6 +441,19 @@ std::optional<int64_t> header_duration(const AVFormatContext* format, const AVSt
     return av_rescale_q(format->duration, AV_TIME_BASE_Q, stream->time_base);
   }
   return std::nullopt;
+}
+
+double sample_clock_seconds(const AVFormatContext* format, const AVStream* stream, int64_t pts,
+                            int64_t stream_start) {
+  double seconds = static_cast<double>(pts - stream_start) * av_q2d(stream->time_base);
+  if (format->start_time != AV_NOPTS_VALUE) {
+    // FFmpeg derives the container's start from its streams' starts in microseconds, so the
+    // offset is a whole number of them and exactly 0 for the stream that starts first.
+    const int64_t offset_us =
+        av_rescale_q(stream_start, stream->time_base, AV_TIME_BASE_Q) - format->start_time;
+    seconds += static_cast<double>(offset_us) / AV_TIME_BASE;
+  }
+  return seconds;
 }
 
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,

@@ -82,12 +82,15 @@ class Deadline {
  public:
   // `seconds` from now; > 0.
   explicit Deadline(double seconds);
-  bool passed() const { return std::chrono::steady_clock::now() >= at_; }
+  // Counted from the later of the start and the last resume of a stopped process (Note [Paused
+  // runs] in pipeline/core/pause_clock.cpp): time spent stopped is not the file's.
+  bool passed() const;
   // Throws MediaError kTimeout naming `file`, `stage` and run.sample_timeout_s once passed.
   void check(const std::filesystem::path& file, const char* stage) const;
 
  private:
-  std::chrono::steady_clock::time_point at_;
+  int64_t started_ns_ = 0;  // steady clock
+  int64_t limit_ns_ = 0;    // < 0: never
   double seconds_;
 };
 
@@ -145,6 +148,21 @@ CodecContextPtr open_decoder(const AVStream* stream, int threads, int64_t max_pi
 // The stream's duration in its own time base, from the stream's header, else the container's;
 // nullopt when neither has one, or when FFmpeg only guessed it from the bit rate.
 std::optional<int64_t> header_duration(const AVFormatContext* format, const AVStream* stream);
+
+// Note [Sample clock]
+// The timestamps of a sample's video frames and audio windows are seconds on one clock, the
+// container's: from its start_time, the earliest start of its streams, so that an audio track
+// that starts 2.5 s into the video is stamped 2.5 s, where a player plays it, and a frame and a
+// window with the same stamp are on screen and heard together. Where the container states no
+// start, nothing relates its streams, and each stream's own start is the origin. Only the stamps
+// use this clock: what is sampled is still decided relative to the stream's own start.
+
+// `pts` (in `stream`'s time base) in seconds on the sample clock. `stream_start` is where the
+// caller counts the stream's start from (its start_time, or a stand-in when it has none).
+// Computed as an offset from `stream_start`, so that the first frame of the earliest stream
+// comes out as exactly 0.
+double sample_clock_seconds(const AVFormatContext* format, const AVStream* stream, int64_t pts,
+                            int64_t stream_start);
 
 // Called with each decoded frame in presentation order. The callee may take the frame's buffers
 // (av_frame_move_ref); whatever it leaves is unreferenced after it returns. Returning false

@@ -1,10 +1,13 @@
 #include "pipeline/media/video_decoder.hpp"
 
 extern "C" {
+#include <libavutil/display.h>
 #include <libavutil/pixdesc.h>
 }
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -36,8 +39,9 @@ using ffmpeg::SwsContextPtr;
 // starts exactly at t_k counts as on screen, whatever the float rounding of t_k. The decoder
 // hands frames over in presentation order; we keep a reference to the previous one only, and
 // colour-convert only the frames chosen. The stored timestamp is the chosen frame's own pts, not
-// t_k. Decoding stops as soon as a frame lies past the last target, which also bounds the work
-// when a header understates the duration.
+// t_k, on the sample clock (Note [Sample clock] in ffmpeg_common.hpp). Decoding stops as soon
+// as a frame lies past the last target, which also bounds the work when a header understates
+// the duration.
 
 // Target times t_k, in ticks of the stream's time base from its start.
 std::vector<int64_t> sample_offsets(int64_t duration, AVRational time_base,
@@ -106,22 +110,20 @@ struct Region {
   int height = 0;
 };
 
-// The part of a width x height picture that is scaled to the output: all of it for kStretch; for
-// kShorterSideCrop the largest centred rectangle with the output's aspect ratio, its origin
-// rounded down so that it starts on a whole chroma sample (and a whole byte for bit-packed
-// formats) in every plane.
-Region source_region(int width, int height, const VideoDecodeOptions& options,
+// The part of a width x height picture that is scaled to out_width x out_height: all of it for
+// kStretch; for kShorterSideCrop the largest centred rectangle with the output's aspect ratio,
+// its origin rounded down so that it starts on a whole chroma sample (and a whole byte for
+// bit-packed formats) in every plane.
+Region source_region(int width, int height, int out_width, int out_height, ResizeMode resize,
                      const AVPixFmtDescriptor& desc) {
-  if (options.resize == ResizeMode::kStretch) return {0, 0, width, height};
+  if (resize == ResizeMode::kStretch) return {0, 0, width, height};
   Region region{0, 0, width, height};
-  const int64_t wide = int64_t{width} * options.height;
-  const int64_t tall = int64_t{height} * options.width;
+  const int64_t wide = int64_t{width} * out_height;
+  const int64_t tall = int64_t{height} * out_width;
   if (wide > tall) {
-    region.width =
-        static_cast<int>(std::max<int64_t>(1, (tall + options.height / 2) / options.height));
+    region.width = static_cast<int>(std::max<int64_t>(1, (tall + out_height / 2) / out_height));
   } else if (tall > wide) {
-    region.height =
-        static_cast<int>(std::max<int64_t>(1, (wide + options.width / 2) / options.width));
+    region.height = static_cast<int>(std::max<int64_t>(1, (wide + out_width / 2) / out_width));
   }
   const int align_x = (desc.flags & AV_PIX_FMT_FLAG_BITSTREAM) ? 8 : 1 << desc.log2_chroma_w;
   const int align_y = 1 << desc.log2_chroma_h;
@@ -151,35 +153,91 @@ void region_planes(const AVFrame& frame, const AVPixFmtDescriptor& desc, const R
   }
 }
 
+// Note [Display orientation]
+// A stream may carry a display matrix: phones record with the sensor's orientation and tag how
+// the picture is to be turned, editors tag mirroring. Encoders should see what a viewer sees, so
+// with video.autorotate (the default) frames are stored as displayed: options.height x
+// options.width of the displayed picture, the shorter-side crop taken from the displayed
+// picture. Only quarter turns and mirrors are applied; they move pixels without resampling.
+// A matrix that turns by another angle keeps the coded orientation: showing it would need a
+// larger canvas with invented borders, and such files are rare.
+//
+// FFmpeg's matrix [a b u; c d v; x y w] (libavutil/display.h) takes a coded pixel (p, q) to the
+// displayed (a p + c q, b p + d q), translation aside. For a quarter turn or mirror either
+// b = c = 0: the axes stay, a < 0 mirrors the columns and d < 0 the rows; or a = d = 0: the
+// axes swap, the displayed columns run along the coded rows (mirrored when c < 0) and the
+// displayed rows along the coded columns (mirrored when b < 0). The matrix's own values decide,
+// not its angle: a mirror changes the sign of the determinant, which no angle expresses.
+//
+// libswscale scales the (cropped) coded picture to the output size turned the coded way, and
+// that small result is then moved into place, so no full-size picture is ever turned.
+struct Orientation {
+  bool transpose = false;  // displayed columns run along coded rows
+  bool mirror_x = false;   // displayed columns are taken right to left
+  bool mirror_y = false;   // displayed rows are taken bottom to top
+  bool upright() const { return !transpose && !mirror_x && !mirror_y; }
+};
+
+Orientation display_orientation(const AVStream* stream) {
+  size_t size = 0;
+  const uint8_t* data = av_stream_get_side_data(stream, AV_PKT_DATA_DISPLAYMATRIX, &size);
+  int32_t m[9];
+  if (data == nullptr || size < sizeof(m)) return {};
+  std::memcpy(m, data, sizeof(m));  // side data promises no alignment
+  const double angle = av_display_rotation_get(m);
+  // NaN: a singular matrix, which shows nothing; keep the picture as coded.
+  if (!std::isfinite(angle) || std::abs(std::remainder(angle, 90.0)) > 1.0) return {};
+  const int64_t a = m[0];
+  const int64_t b = m[1];
+  const int64_t c = m[3];
+  const int64_t d = m[4];
+  Orientation orientation;
+  orientation.transpose = std::abs(b) + std::abs(c) > std::abs(a) + std::abs(d);
+  orientation.mirror_x = orientation.transpose ? c < 0 : a < 0;
+  orientation.mirror_y = orientation.transpose ? b < 0 : d < 0;
+  return orientation;
+}
+
 // Scales and colour-converts decoded frames to tightly packed RGB24 of the output size, straight
-// from the decoder's pixel format. Keeps one libswscale context, made again when the frame's
-// size, format or colour description changes mid-stream.
+// from the decoder's pixel format, then turns them upright (Note [Display orientation]). Keeps
+// one libswscale context, made again when the frame's size, format or colour description
+// changes mid-stream.
 class RgbConverter {
  public:
-  RgbConverter(const VideoDecodeOptions& options, const std::filesystem::path& file)
-      : options_(options), file_(file) {}
+  RgbConverter(const VideoDecodeOptions& options, Orientation orientation,
+               const std::filesystem::path& file)
+      : options_(options),
+        orientation_(orientation),
+        scaled_width_(orientation.transpose ? options.height : options.width),
+        scaled_height_(orientation.transpose ? options.width : options.height),
+        file_(file) {
+    if (!orientation_.upright()) scaled_.resize(size_t{3} * scaled_width_ * scaled_height_);
+  }
 
   // Writes options.height * options.width * 3 bytes to `out`.
   void convert(const AVFrame& frame, uint8_t* out) {
     const auto format = static_cast<AVPixelFormat>(frame.format);
     const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
     PC_ASSERT(desc != nullptr, "decoded frame with unknown pixel format ", frame.format);
-    const Region region = source_region(frame.width, frame.height, options_, *desc);
+    const Region region = source_region(frame.width, frame.height, scaled_width_, scaled_height_,
+                                        options_.resize, *desc);
     const Key key{region.width, region.height, format, frame.colorspace, frame.color_range};
     if (!context_ || !(key == key_)) {
-      context_ = make_context(key);
+      context_ = make_context(key, *desc);
       key_ = key;
     }
     const uint8_t* planes[4];
     region_planes(frame, *desc, region, planes);
-    uint8_t* const dst[4] = {out, nullptr, nullptr, nullptr};
-    const int dst_stride[4] = {options_.width * 3, 0, 0, 0};
+    uint8_t* const dst[4] = {orientation_.upright() ? out : scaled_.data(), nullptr, nullptr,
+                             nullptr};
+    const int dst_stride[4] = {scaled_width_ * 3, 0, 0, 0};
     const int rows =
         sws_scale(context_.get(), planes, frame.linesize, 0, region.height, dst, dst_stride);
     PC_MEDIA_CHECK(
-        rows == options_.height, FailureCategory::kDecodeError, file_.string(),
+        rows == scaled_height_, FailureCategory::kDecodeError, file_.string(),
         ": cannot convert a ", frame.width, "x", frame.height, " ", av_get_pix_fmt_name(format),
         " frame to RGB (sws_scale): ", rows < 0 ? ffmpeg::error_text(rows) : "short output");
+    if (!orientation_.upright()) turn_upright(out);
   }
 
  private:
@@ -192,19 +250,43 @@ class RgbConverter {
     bool operator==(const Key&) const = default;
   };
 
-  SwsContextPtr make_context(const Key& key) const {
+  // Moves the scaled picture, in coded orientation, into `out` in displayed orientation.
+  void turn_upright(uint8_t* out) const {
+    const int width = options_.width;
+    const int height = options_.height;
+    for (int y = 0; y < height; ++y) {
+      const int v = orientation_.mirror_y ? height - 1 - y : y;
+      for (int x = 0; x < width; ++x) {
+        const int u = orientation_.mirror_x ? width - 1 - x : x;
+        const int column = orientation_.transpose ? v : u;
+        const int row = orientation_.transpose ? u : v;
+        std::memcpy(out + (static_cast<size_t>(y) * width + x) * 3,
+                    scaled_.data() + (static_cast<size_t>(row) * scaled_width_ + column) * 3, 3);
+      }
+    }
+  }
+
+  SwsContextPtr make_context(const Key& key, const AVPixFmtDescriptor& desc) const {
     constexpr int kFlags = SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT;
-    SwsContextPtr context(sws_getContext(key.width, key.height, key.format, options_.width,
-                                         options_.height, AV_PIX_FMT_RGB24, kFlags, nullptr,
-                                         nullptr, nullptr));
+    SwsContextPtr context(sws_getContext(key.width, key.height, key.format, scaled_width_,
+                                         scaled_height_, AV_PIX_FMT_RGB24, kFlags, nullptr, nullptr,
+                                         nullptr));
     PC_MEDIA_CHECK(context != nullptr, FailureCategory::kUnsupported, file_.string(),
                    ": cannot convert pixel format ", av_get_pix_fmt_name(key.format),
                    " to RGB (sws_getContext)");
 
-    // Colour: the frame's matrix, BT.601 when it names none (as the ffmpeg CLI assumes for
-    // untagged video). Range: the frame's when it states one; otherwise libswscale's default
-    // for the format, which is limited except for yuvj* and grey formats (full by definition).
-    // The output is full-range RGB.
+    // RGB sources (gbr: libx264rgb, VP9 and FFV1 RGB; packed RGB; palettes) have no matrix or
+    // range to choose. libswscale scales them through its own YUV, converting in with its
+    // rgb-to-yuv table and out with its yuv-to-rgb one; its defaults are one matrix both ways, so
+    // colours come back as they were. Installing the frame's "matrix" would pair two different
+    // ones: AVCOL_SPC_RGB is index 0 of sws_getCoefficients, BT.709, against BT.601 on the way
+    // in, which turned pure green into (0, 215, 0).
+    if (desc.flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL)) return context;
+
+    // YUV and grey sources. Colour: the frame's matrix, BT.601 when it names none (as the
+    // ffmpeg CLI assumes for untagged video). Range: the frame's when it states one; otherwise
+    // libswscale's default for the format, which is limited except for yuvj* and grey formats
+    // (full by definition). The output is full-range RGB.
     int* inv_table = nullptr;
     int* table = nullptr;
     int src_range = 0;
@@ -231,9 +313,13 @@ class RgbConverter {
   }
 
   const VideoDecodeOptions& options_;
+  const Orientation orientation_;
+  const int scaled_width_;  // the output size turned the coded way
+  const int scaled_height_;
   const std::filesystem::path& file_;
   SwsContextPtr context_;
   Key key_;
+  std::vector<uint8_t> scaled_;  // libswscale's output, when it still has to be turned
 };
 
 }  // namespace
@@ -252,6 +338,7 @@ VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSe
   options.max_decoded_frames = section.max_decoded_frames;
   options.timeout_s = run.sample_timeout_s;
   options.max_file_bytes = run.max_file_bytes;
+  options.autorotate = section.autorotate;
   return options;
 }
 
@@ -305,7 +392,8 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   // streams whose frames grow past their header's size; the exact limit is checked on every
   // frame below.
   CodecContextPtr codec = ffmpeg::open_decoder(stream, options.threads, options.max_pixels, file);
-  RgbConverter converter(options, file);
+  RgbConverter converter(options, options.autorotate ? display_orientation(stream) : Orientation{},
+                         file);
 
   // A frame without a timestamp is put one frame period after the previous one.
   const AVRational frame_rate =
@@ -331,7 +419,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       converter.convert(frame, slot);
       converted_number = number;
     }
-    out.timestamps[next] = static_cast<double>(pts - start) * av_q2d(time_base);
+    out.timestamps[next] = ffmpeg::sample_clock_seconds(input.format(), stream, pts, start);
     ++next;
   };
 

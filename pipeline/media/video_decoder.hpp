@@ -1,8 +1,10 @@
 #pragma once
 // Decodes one video file into the frames an encoder sees: sampled by time, scaled and
 // colour-converted by libswscale straight from the decoder's pixel format to the encoder's input
-// size (Note [Sampling frames] in video_decoder.cpp). Stateless between calls; each call opens its
-// own FFmpeg objects, so concurrent calls on different threads are safe.
+// size (Note [Sampling frames] in video_decoder.cpp), turned as the file says it is to be shown
+// (Note [Display orientation] there), and stamped on the container's clock (Note [Sample clock]
+// in ffmpeg_common.hpp). Stateless between calls; each call opens its own FFmpeg objects, so
+// concurrent calls on different threads are safe.
 
 #include <filesystem>
 
@@ -24,6 +26,7 @@ struct VideoDecodeOptions {
   int64_t max_decoded_frames = 1000000;  // frames out of the decoder, at most: kTooLong
   double timeout_s = 600.0;              // the whole decode of the file, at most: kTimeout
   int64_t max_file_bytes = 64LL << 30;   // larger files: kTooLarge
+  bool autorotate = true;  // frames in display orientation (the stream's display matrix)
 };
 
 // The options of `section`, with the per-file limits of `run`.

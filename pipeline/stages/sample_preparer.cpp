@@ -61,7 +61,28 @@ void prepare_one(const SampleSpec& spec, Modality m, PreparedSample& out, Fn&& f
   }
 }
 
+bool has_configured_input(const SampleSpec& spec, bool video, bool audio, bool text) {
+  return (video && spec.video) || (audio && (spec.audio || spec.video)) || (text && spec.text);
+}
+
+// What the line gives, for the no_input message.
+std::string given_inputs(const SampleSpec& spec) {
+  std::string given;
+  const auto add = [&](bool has, const char* name) {
+    if (has) given += (given.empty() ? "" : " and ") + std::string(name);
+  };
+  add(spec.video.has_value(), "video");
+  add(spec.audio.has_value(), "audio");
+  add(spec.text.has_value(), "text");
+  return given.empty() ? "nothing" : "only " + given;
+}
+
 }  // namespace
+
+bool sample_has_configured_input(const SampleSpec& spec, const Config& config) {
+  return has_configured_input(spec, config.video.enabled, config.audio.enabled,
+                              config.text.enabled);
+}
 
 PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
   const State& s = *state_;
@@ -69,6 +90,19 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
   out->seq = spec.seq;
   out->order = spec.order;
   out->id = spec.id;
+  if (!has_configured_input(spec, s.video, s.audio, s.text)) {
+    for (Modality m : kAllModalities) {
+      const bool configured = m == Modality::kVideo   ? s.video
+                              : m == Modality::kAudio ? s.audio
+                                                      : s.text;
+      if (!configured) continue;
+      out->failures.push_back(failure(
+          spec, m, FailureCategory::kNoInput,
+          fmt::format("sample '{}' has no {} input (the line gives {}); add '{}' to the line, or "
+                      "a section for what it has to the config",
+                      spec.id, modality_name(m), given_inputs(spec), modality_name(m))));
+    }
+  }
   if (s.video && spec.video) {
     prepare_one(spec, Modality::kVideo, *out,
                 [&] { out->video = decode_video(*spec.video, s.video_options); });

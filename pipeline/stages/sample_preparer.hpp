@@ -13,6 +13,11 @@ namespace precompute {
 
 struct RunStats;
 
+// True when `spec` gives an input that a modality of `config` embeds (a video or audio file for
+// video/audio, a caption for text; audio may come from the video's track). A sample without one
+// is recorded as no_input (Note [Samples without a configured input] in pipeline/runner.cpp).
+bool sample_has_configured_input(const SampleSpec& spec, const Config& config);
+
 class SamplePreparer {
  public:
   SamplePreparer(const Config& config, RunStats& stats);

@@ -580,9 +580,9 @@ def test_crash_point_then_resume_equals_oracle(precompute, oracle, dataset, tmp_
 # 3. SIGTERM and SIGINT
 
 
-@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT],
+@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT], [signal.SIGHUP],
                                      [signal.SIGTERM, signal.SIGTERM]],
-                         ids=["SIGTERM", "SIGINT", "SIGTERM-twice"])
+                         ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGTERM-twice"])
 def test_stop_signal_then_resume_equals_oracle(precompute, oracle, dataset, tmp_path, signals):
     """A scheduler's (or Ctrl-C's) stop request sent to the supervisor once a shard is
     committed: it is forwarded to the child, which commits its complete shards and exits 128 +
@@ -799,19 +799,21 @@ def test_output_under_a_regular_file_exits_73_before_decoding(precompute, tmp_pa
 
 def test_second_writer_is_refused_while_the_first_runs(precompute, oracle, dataset, tmp_path):
     """Run B starts on the folder run A is writing (A is frozen with SIGSTOP right after it
-    takes the lock, so that it is surely still running): B exits 69 naming A's pid and touches
-    nothing, with --overwrite too; A, continued, finishes with the oracle's output."""
+    takes the lock, so that it is surely still running): B exits 69 naming the pid of A's
+    supervisor (the process to signal to stop A; its child holds the flock, and killing the
+    child would only restart it) and touches nothing, with --overwrite too; A, continued,
+    finishes with the oracle's output."""
     out = tmp_path / "out"
     with precompute.start(out) as a:
         holder = poll(lambda: lock_holder(out), 120, "run A to take the lock", a)
         os.kill(holder, signal.SIGSTOP)
         try:
             pid_in_file = (out / ".precompute.lock").read_text().strip()
-            assert pid_in_file == str(holder)
+            assert holder != a.pid and pid_in_file == str(a.pid)
             before = folder_state(out)
             for flags in ((), ("--overwrite",)):
                 r = precompute.run(out, *flags, expect=69)
-                assert f"is in use by another precompute run (pid {holder})" in r.stderr, r.stderr
+                assert f"is in use by another precompute run (pid {a.pid})" in r.stderr, r.stderr
                 assert folder_state(out) == before, f"run B {flags} changed the folder"
         finally:
             os.kill(holder, signal.SIGCONT)

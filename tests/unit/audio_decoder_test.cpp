@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/media/video_decoder.hpp"
 #include "test_media.hpp"
 
 namespace precompute {
@@ -173,6 +175,41 @@ TEST(AudioDecoder, VideoFileGivesItsAudioTrack) {
              "-c:v libx264 -pix_fmt yuv420p -c:a aac -b:a 192k" +
              kToStereo + quoted(path));
   expect_sine(decode_audio(path, window_options(0, 0)), 3.0);
+}
+
+// A video's audio track that starts 2.5 s after its picture keeps that offset: window times and
+// frame times are on the container's clock, which the video starts.
+void expect_late_audio_on_the_video_clock(const std::filesystem::path& path) {
+  const AudioWindows audio = decode_audio(path, window_options(1.0, 0));
+  // Two seconds of sine, and the codec's padding past them.
+  ASSERT_GE(audio.num_windows, 2);
+  // AAC's encoder delay moves the track's start up to 1024 samples (23 ms) earlier.
+  EXPECT_NEAR(audio.timestamps[0], 2.5, 0.03);
+  EXPECT_NEAR(audio.timestamps[1] - audio.timestamps[0], 1.0, 1e-9);
+  VideoDecodeOptions video;
+  video.num_frames = 2;
+  video.width = 16;
+  video.height = 16;
+  const VideoFrames frames = decode_video(path, video);
+  // Frames on screen at 1.25 s and 3.75 s of the 5 s picture.
+  EXPECT_NEAR(frames.timestamps[0], 1.24, 1e-6);
+  EXPECT_NEAR(frames.timestamps[1], 3.72, 1e-6);
+}
+
+TEST(AudioDecoder, WindowTimestampsAreOnTheContainersClock) {
+  TempDir dir;
+  const std::pair<const char*, const char*> files[] = {
+      {"late.mp4", "-c:v libx264 -pix_fmt yuv420p -c:a aac"},
+      {"late.ts", "-c:v libx264 -pix_fmt yuv420p -c:a mp2"},  // the clock starts at 1.4 s here
+  };
+  for (const auto& [name, encode] : files) {
+    SCOPED_TRACE(name);
+    const auto path = dir / name;
+    run_ffmpeg(std::string("-f lavfi -i color=c=red:s=64x48:r=25:d=5 -itsoffset 2.5 ") +
+               "-f lavfi -i sine=frequency=440:sample_rate=44100:duration=2 " + encode + " " +
+               quoted(path));
+    expect_late_audio_on_the_video_clock(path);
+  }
 }
 
 TEST(AudioDecoder, VideoWithoutAudioHasNoAudioStream) {

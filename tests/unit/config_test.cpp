@@ -2,7 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <functional>
+#include <sstream>
+#include <vector>
 
 #include "pipeline/core/error.hpp"
 
@@ -181,6 +189,196 @@ TEST(ConfigTest, MemoryBudgetsTakeSizesAndFractions) {
   // Budgets change batch sizes only, never what is stored.
   EXPECT_EQ(semantic_config_json(c),
             semantic_config_json(parse_config("text: {encoder: {type: bert, path: m}}\n", "/x")));
+}
+
+// One numeric key put through its boundaries: `format` is how a value is written at `set`
+// ("%" stands for it), `accepted` the probes and values that must pass, `refused` values just
+// past the range. A refusal must name the key, its flag and the range's `mentions`.
+struct BoundCase {
+  std::string key;
+  std::string set;
+  std::string format;
+  std::vector<std::string> accepted;
+  std::vector<std::string> refused;
+  std::string mentions;
+  std::string flag;
+};
+
+// Zero, negative, beyond every type, and what YAML spells as infinities and NaN.
+const std::vector<std::string> kProbes = {"0",     "-1",   "1e10",  "99999999999",
+                                          "1e300", ".inf", "-.inf", ".nan"};
+
+// A valid config with every modality, whose one node `path` (dotted) is replaced by `value`.
+std::string bound_config(const std::string& path, const std::string& value) {
+  const auto sources = std::string(PRECOMPUTE_SOURCE_DIR);
+  YAML::Node root = YAML::Load(
+      "input: {manifest: m.jsonl}\n"
+      "output: {path: out}\n"
+      "run: {}\n"
+      "video: {encoder: {path: " + sources + "/CMakeLists.txt}, sampling: {fps: 1}}\n"
+      "audio: {encoder: {path: " + sources + "/CMakeLists.txt}, window_s: 1}\n"
+      "text: {encoder: {type: bert, path: " + sources + "}, tokenizer: {}}\n");
+  std::vector<std::string> parts;
+  std::stringstream dotted(path);
+  for (std::string part; std::getline(dotted, part, '.');) parts.push_back(part);
+  // Assigning one YAML::Node to another writes through to what the first refers to (here the
+  // whole document), so the walk down rebinds with reset().
+  YAML::Node node = root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) node.reset(node[parts[i]]);
+  node[parts.back()] = YAML::Load(value);
+  YAML::Emitter out;
+  out << root;
+  return out.c_str();
+}
+
+std::string validate_error(const std::string& yaml) {
+  try {
+    validate(parse_config(yaml, "/base"));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ConfigTest, EveryNumericKeyRefusesValuesOutsideItsRangeNamingItAndTheRange) {
+  const std::vector<BoundCase> cases = {
+      {"output.shard_size", "output.shard_size", "%", {"1", "1000000000"}, {"1000000001"},
+       "1000000000", "--shard-size"},
+      {"output.chunk_rows", "output.chunk_rows", "%", {"1", "1048576"}, {"1048577"}, "1048576", ""},
+      {"run.decode_threads", "run.decode_threads", "%", {"0", "1024"}, {"1025", "100000"},
+       "1024", "--decode-threads"},
+      {"run.torch_threads", "run.torch_threads", "%", {"0", "1024"}, {"1025"}, "1024",
+       "--torch-threads"},
+      {"run.max_in_flight", "run.max_in_flight", "%", {"0", "1000000"}, {"1000001"}, "1000000", ""},
+      {"run.progress_interval_s", "run.progress_interval_s", "%", {"0", "0.001", "86400"},
+       {"86400.5", "0.0001", "1e-300"}, "86400", "--progress-interval"},
+      {"run.sample_timeout_s", "run.sample_timeout_s", "%", {"0.5", "604800"}, {"604801"},
+       "604800", ""},
+      {"run.max_file_bytes", "run.max_file_bytes", "%", {"1", "99999999999", "1125899906842624"},
+       {"1125899906842625"}, "1125899906842624", ""},
+      {"run.max_restarts", "run.max_restarts", "%", {"0", "1000"}, {"1001"}, "1000", ""},
+      {"run.max_failures", "run.max_failures", "%", {"0", "-1", "99999999999", "100%"},
+       {"-2", "101%", "1e10%", ".nan%"}, "100%", "--max-failures"},
+      {"run.host_memory_budget", "run.host_memory_budget", "%", {"0", "1e10", "99999999999"},
+       {"1e19"}, "GiB", ""},
+      {"run.gpu_memory_budget", "run.gpu_memory_budget", "%", {"1e10", "99999999999", "0.5"},
+       {"101%"}, "GiB", ""},
+      {"video.batch_size", "video.batch_size", "%", {"1", "65536"}, {"65537"}, "65536",
+       "--batch-size"},
+      {"audio.batch_size", "audio.batch_size", "%", {"65536"}, {"65537"}, "65536", "--batch-size"},
+      {"text.batch_size", "text.batch_size", "%", {"65536"}, {"65537"}, "65536", "--batch-size"},
+      // fps 0 reads as "no fps": the refusal then names the sampling section and both ranges.
+      {"video.sampling", "video.sampling", "{fps: %}", {"0.001", "1000"},
+       {"1000.5", "0.0009", "1e-300"}, "1000", ""},
+      {"video.sampling", "video.sampling", "{num_frames: %}", {"1", "100000"}, {"100001"},
+       "100000", ""},
+      {"video.size", "video.size", "[%, 224]", {"8", "4096"}, {"7", "4097"}, "4096", ""},
+      {"video.size", "video.size", "%", {"8", "4096"}, {"7", "4097"}, "4096", ""},
+      {"video.mean", "video.mean", "[0.5, %, 0.5]", {"0", "-1", "1000000"}, {"1000001"},
+       "1000000", ""},
+      {"video.std", "video.std", "[0.5, 0.5, %]", {"1e-3", "1000000"}, {"1000001", "1e-300"},
+       "1000000", ""},
+      {"video.max_batch_frames", "video.max_batch_frames", "%", {"0", "1000000000"},
+       {"1000000001"}, "1000000000", ""},
+      {"video.max_duration_s", "video.max_duration_s", "%", {"0.5", "2592000"}, {"2592001"},
+       "2592000", ""},
+      {"video.max_frames", "video.max_frames", "%", {"1", "1000000"}, {"1000001"}, "1000000", ""},
+      {"video.decoder_threads", "video.decoder_threads", "%", {"0", "64"}, {"65"}, "64", ""},
+      {"video.max_pixels", "video.max_pixels", "%", {"1", "99999999999", "1000000000000"},
+       {"1000000000001"}, "1000000000000", ""},
+      {"video.max_decoded_frames", "video.max_decoded_frames", "%",
+       {"1", "99999999999", "1000000000000"}, {"1000000000001"}, "1000000000000", ""},
+      {"audio.sample_rate", "audio.sample_rate", "%", {"1000", "384000"}, {"999", "384001"},
+       "384000", ""},
+      {"audio.window_s", "audio.window_s", "%", {"0", "0.5", "86400"}, {"86401", "1e-300"},
+       "86400", ""},
+      {"audio.hop_s", "audio.hop_s", "%", {"0", "0.5", "86400"}, {"86401", "1e-300"}, "86400", ""},
+      {"audio.max_batch_seconds", "audio.max_batch_seconds", "%", {"0", "2592000"}, {"2592001"},
+       "2592000", ""},
+      {"audio.max_duration_s", "audio.max_duration_s", "%", {"0.5", "2592000"}, {"2592001"},
+       "2592000", ""},
+      {"text.max_batch_tokens", "text.max_batch_tokens", "%", {"0", "1000000000"},
+       {"1000000001"}, "1000000000", ""},
+      {"text.tokenizer.max_length", "text.tokenizer.max_length", "%", {"3", "65536"},
+       {"2", "65537"}, "65536", ""},
+      {"text.output_layer", "text.output_layer", "%", {"-1", "0", "1000"}, {"-2", "1001"},
+       "1000", ""},
+      {"text.max_text_bytes", "text.max_text_bytes", "%", {"1", "1073741824"}, {"1073741825"},
+       "1073741824", ""},
+  };
+  ASSERT_EQ(validate_error(bound_config("run.decode_threads", "0")), "");
+  for (const auto& c : cases) {
+    const auto config = [&](const std::string& value) {
+      auto text = c.format;
+      text.replace(text.find('%'), 1, value);
+      return bound_config(c.set, text);
+    };
+    std::vector<std::string> refused = c.refused;
+    for (const auto& probe : kProbes) {
+      if (std::find(c.accepted.begin(), c.accepted.end(), probe) == c.accepted.end()) {
+        refused.push_back(probe);
+      }
+    }
+    for (const auto& value : c.accepted) {
+      EXPECT_EQ(validate_error(config(value)), "") << c.key << ": " << value;
+    }
+    for (const auto& value : refused) {
+      const auto e = validate_error(config(value));
+      EXPECT_NE(e.find("'" + c.key), std::string::npos)
+          << c.key << ": " << value << " gave: '" << e << "'";
+      EXPECT_NE(e.find(c.mentions), std::string::npos)
+          << c.key << ": " << value << " should give the range (" << c.mentions << "): " << e;
+      if (!c.flag.empty()) {
+        EXPECT_NE(e.find(c.flag), std::string::npos) << c.key << ": " << value << ": " << e;
+      }
+    }
+  }
+}
+
+TEST(ConfigTest, FlagValuesAreCheckedByValidate) {
+  const auto refusal = [](const std::function<void(Config&)>& change) {
+    auto c = parse_config(bound_config("run.decode_threads", "0"), "/base");
+    change(c);
+    try {
+      validate(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refusal([](Config& c) { c.run.progress_interval_s = 1e10; })
+                .find("--progress-interval"),
+            std::string::npos);
+  EXPECT_NE(refusal([](Config& c) { c.run.progress_interval_s = 1e300; })
+                .find("run.progress_interval_s"),
+            std::string::npos);
+  EXPECT_NE(refusal([](Config& c) { c.run.sample_timeout_s = INFINITY; })
+                .find("run.sample_timeout_s"),
+            std::string::npos);
+  EXPECT_NE(refusal([](Config& c) { c.run.progress_interval_s = NAN; })
+                .find("run.progress_interval_s"),
+            std::string::npos);
+  EXPECT_NE(refusal([](Config& c) { c.video.fps = NAN; }).find("video.sampling"),
+            std::string::npos);
+  EXPECT_NE(refusal([](Config& c) { c.video.mean[1] = NAN; }).find("video.mean"),
+            std::string::npos);
+  EXPECT_NE(refusal([](Config& c) { c.audio.hop_s = NAN; }).find("audio.hop_s"),
+            std::string::npos);
+  EXPECT_NE(refusal([](Config& c) { c.text.max_length = 2; }).find("text.tokenizer.max_length"),
+            std::string::npos);
+  ConfigOverrides o;
+  o.decode_threads = 100000;
+  EXPECT_NE(refusal([&](Config& c) { apply_overrides(c, o); }).find("--decode-threads"),
+            std::string::npos);
+  o = {};
+  o.batch_size = 1 << 20;
+  EXPECT_NE(refusal([&](Config& c) { apply_overrides(c, o); }).find("--batch-size"),
+            std::string::npos);
+  o = {};
+  o.shard_size = INT64_MAX;
+  EXPECT_NE(refusal([&](Config& c) { apply_overrides(c, o); }).find("--shard-size"),
+            std::string::npos);
+  EXPECT_EQ(refusal([](Config& c) { c.run.progress_interval_s = 0.001; }), "");
 }
 
 TEST(ConfigTest, ReferenceConfigParses) {

@@ -9,16 +9,22 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/pause_clock.hpp"
+#include "pipeline/media/ffmpeg_common.hpp"
 #include "test_media.hpp"
 
 namespace precompute {
@@ -60,37 +66,34 @@ const Rgb kWhite{255, 255, 255};
 const Rgb kBlack{0, 0, 0};
 const Rgb kSecondColours[] = {kRed, kGreen, kBlue, kWhite};
 
-// Mean colour of frame `index` over columns [x0, x1) (all columns by default).
-Rgb mean_rgb(const VideoFrames& frames, int64_t index, int x0 = 0, int x1 = -1) {
-  if (x1 < 0) x1 = frames.width;
-  const uint8_t* base = frames.rgb.data() + index * frames.height * frames.width * 3;
+// Mean colour of the box [x0, x1) x [y0, y1) of a packed RGB24 picture `width` pixels wide.
+Rgb mean_rgb_box(const uint8_t* picture, int width, int x0, int y0, int x1, int y1) {
   Rgb sum;
-  for (int y = 0; y < frames.height; ++y) {
+  for (int y = y0; y < y1; ++y) {
     for (int x = x0; x < x1; ++x) {
-      const uint8_t* px = base + (static_cast<size_t>(y) * frames.width + x) * 3;
+      const uint8_t* px = picture + (static_cast<size_t>(y) * width + x) * 3;
       sum.r += px[0];
       sum.g += px[1];
       sum.b += px[2];
     }
   }
-  const double n = static_cast<double>(frames.height) * (x1 - x0);
+  const double n = static_cast<double>(x1 - x0) * (y1 - y0);
   return {sum.r / n, sum.g / n, sum.b / n};
+}
+
+const uint8_t* frame_pixels(const VideoFrames& frames, int64_t index) {
+  return frames.rgb.data() + index * frames.height * frames.width * 3;
+}
+
+// Mean colour of frame `index` over columns [x0, x1) (all columns by default).
+Rgb mean_rgb(const VideoFrames& frames, int64_t index, int x0 = 0, int x1 = -1) {
+  if (x1 < 0) x1 = frames.width;
+  return mean_rgb_box(frame_pixels(frames, index), frames.width, x0, 0, x1, frames.height);
 }
 
 // Mean colour of rows [y0, y1) of frame `index`.
 Rgb mean_rgb_rows(const VideoFrames& frames, int64_t index, int y0, int y1) {
-  const uint8_t* base = frames.rgb.data() + index * frames.height * frames.width * 3;
-  Rgb sum;
-  for (int y = y0; y < y1; ++y) {
-    for (int x = 0; x < frames.width; ++x) {
-      const uint8_t* px = base + (static_cast<size_t>(y) * frames.width + x) * 3;
-      sum.r += px[0];
-      sum.g += px[1];
-      sum.b += px[2];
-    }
-  }
-  const double n = static_cast<double>(frames.width) * (y1 - y0);
-  return {sum.r / n, sum.g / n, sum.b / n};
+  return mean_rgb_box(frame_pixels(frames, index), frames.width, 0, y0, frames.width, y1);
 }
 
 ::testing::AssertionResult near_colour(const Rgb& actual, const Rgb& expected) {
@@ -597,6 +600,31 @@ TEST(VideoDecoder, DeadlineStopsALongDecode) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+// Note [Paused runs]: a deadline counts from the last resume of a stopped process, so time
+// spent stopped never turns into a timeout; a real hang is still caught one limit later.
+TEST(Deadline, CountsFromTheLastResume) {
+  const ffmpeg::Deadline deadline(0.05);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  EXPECT_TRUE(deadline.passed());
+  mark_resume(steady_now_ns());  // what the SIGCONT handler does
+  EXPECT_FALSE(deadline.passed());
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  EXPECT_TRUE(deadline.passed());
+}
+
+TEST(Deadline, AWatchdogTickFarPastItsPeriodIsAResume) {
+  const int64_t period = 200'000'000;
+  const int64_t stall = 3'000'000'000;
+  int64_t previous = 0;
+  // In the past, so that the resumes it marks change no other test's deadlines.
+  const int64_t start = steady_now_ns() - 60'000'000'000;
+  EXPECT_FALSE(note_tick(start, previous, period, stall));  // the first tick
+  EXPECT_FALSE(note_tick(start + 2'000'000'000, previous, period, stall));  // a busy machine
+  EXPECT_TRUE(note_tick(start + 10'000'000'000, previous, period, stall));  // stopped for 8 s
+  EXPECT_EQ(previous, start + 10'000'000'000);
+  EXPECT_FALSE(note_tick(start + 10'200'000'000, previous, period, stall));
+}
+
 TEST(VideoDecoder, DecodingOverMaxDecodedFramesIsTooLong) {
   TempDir dir;
   const auto clip = dir / "colours.mp4";
@@ -717,6 +745,266 @@ TEST(VideoDecoder, PictureOverMaxPixelsIsTooLarge) {
   EXPECT_EQ(decode_video(clip, options).num_frames, 4);
 }
 
+// The ffmpeg CLI's own decode of `clip` to packed RGB24, all frames, after `filters` when given.
+std::vector<uint8_t> cli_rgb24(const std::filesystem::path& clip, const std::string& filters = "") {
+  const auto raw = clip.parent_path() / (clip.filename().string() + ".rgb");
+  run_ffmpeg("-i " + quoted(clip) + (filters.empty() ? "" : " -vf " + filters) +
+             " -pix_fmt rgb24 -f rawvideo " + quoted(raw));
+  std::ifstream in(raw, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// One second at 25 fps of 64x48 solid colours, 0.2 s each: red, green, blue, white, grey.
+void make_rgb_colour_clip(const std::filesystem::path& path, const std::string& encode) {
+  std::string inputs;
+  for (const char* colour : {"0xFF0000", "0x00FF00", "0x0000FF", "0xFFFFFF", "0x808080"}) {
+    inputs += std::string(" -f lavfi -i color=c=") + colour + ":s=64x48:r=25:d=0.2";
+  }
+  run_ffmpeg(inputs + " -filter_complex '[0][1][2][3][4]concat=n=5:v=1:a=0' " + encode + " " +
+             quoted(path));
+}
+
+// The clip's five colours, scaled (so that libswscale converts through its internal YUV), match
+// what the ffmpeg CLI decodes the same frames to, within rounding.
+void expect_cli_colours(const std::filesystem::path& clip) {
+  constexpr int kWidth = 64;
+  constexpr int kHeight = 48;
+  constexpr size_t kFrameBytes = size_t{3} * kWidth * kHeight;
+  const std::vector<uint8_t> reference = cli_rgb24(clip);
+  ASSERT_EQ(reference.size(), 25 * kFrameBytes);
+  const VideoFrames frames = decode_video(clip, num_frames_options(5));
+  ASSERT_EQ(frames.num_frames, 5);
+  for (int k = 0; k < 5; ++k) {
+    const auto number = static_cast<size_t>(std::lround(frames.timestamps[k] * 25));
+    ASSERT_LT(number, 25u) << "frame " << k;
+    const Rgb expected =
+        mean_rgb_box(reference.data() + number * kFrameBytes, kWidth, 0, 0, kWidth, kHeight);
+    const Rgb actual = mean_rgb(frames, k);
+    EXPECT_NEAR(actual.r, expected.r, 2.0) << "frame " << k;
+    EXPECT_NEAR(actual.g, expected.g, 2.0) << "frame " << k;
+    EXPECT_NEAR(actual.b, expected.b, 2.0) << "frame " << k;
+  }
+  // Pure green is the colour a YUV matrix mix-up moves most.
+  EXPECT_GE(mean_rgb(frames, 1).g, 250.0);
+}
+
+TEST(VideoDecoder, Ffv1RgbGivesTheColoursTheFfmpegCliGives) {
+  TempDir dir;
+  const auto clip = dir / "rgb.mkv";
+  make_rgb_colour_clip(clip, "-c:v ffv1 -pix_fmt gbrp");
+  expect_cli_colours(clip);
+}
+
+TEST(VideoDecoder, X264RgbGivesTheColoursTheFfmpegCliGives) {
+  TempDir dir;
+  const auto clip = dir / "rgb.mkv";
+  make_rgb_colour_clip(clip, "-c:v libx264rgb -pix_fmt gbrp");
+  expect_cli_colours(clip);
+}
+
+TEST(VideoDecoder, Vp9GbrpGivesTheColoursTheFfmpegCliGives) {
+  TempDir dir;
+  const auto clip = dir / "rgb.webm";
+  make_rgb_colour_clip(clip, "-c:v libvpx-vp9 -pix_fmt gbrp -deadline realtime -cpu-used 8");
+  expect_cli_colours(clip);
+}
+
+TEST(VideoDecoder, PalettedVideoGivesTheColoursTheFfmpegCliGives) {
+  TempDir dir;
+  const auto clip = dir / "pal8.mkv";
+  make_rgb_colour_clip(clip, "-c:v png -pix_fmt pal8");
+  expect_cli_colours(clip);
+}
+
+// Copies the MP4 `from` to `to`, tagged to be shown turned by `degrees`. The ffmpeg 5.1 CLI
+// honours the rotate tag only when copying the stream, and writes it as a display matrix turning
+// that many degrees counterclockwise (ffprobe: rotation=N).
+void tag_rotation(const std::filesystem::path& from, const std::filesystem::path& to, int degrees) {
+  run_ffmpeg("-i " + quoted(from) + " -c copy -metadata:s:v:0 rotate=" + std::to_string(degrees) +
+             " " + quoted(to));
+}
+
+// A 64x48 picture in four quadrants, as MP4: red top left, green top right, blue bottom left,
+// white bottom right. Every quarter turn and mirror of it is different.
+void make_quadrant_clip(const std::filesystem::path& path) {
+  run_ffmpeg(
+      "-f lavfi -i 'color=c=red:s=64x48:r=25:d=0.2,"
+      "drawbox=x=32:y=0:w=32:h=24:color=0x00FF00:t=fill,"
+      "drawbox=x=0:y=24:w=32:h=24:color=blue:t=fill,"
+      "drawbox=x=32:y=24:w=32:h=24:color=white:t=fill' "
+      "-c:v libx264 -pix_fmt yuv444p " +
+      quoted(path));
+}
+
+// The colours of the four quadrants of a width x height RGB24 picture, as "TL TR/BL BR" letters
+// (R, G, B, W; ? for anything else), each read away from the quadrant's edges.
+std::string quadrant_letters(const uint8_t* picture, int width, int height) {
+  std::string letters;
+  for (int qy = 0; qy < 2; ++qy) {
+    if (qy == 1) letters += '/';
+    for (int qx = 0; qx < 2; ++qx) {
+      const int x0 = qx * width / 2;
+      const int y0 = qy * height / 2;
+      const Rgb mean = mean_rgb_box(picture, width, x0 + width / 8, y0 + height / 8,
+                                    x0 + 3 * width / 8, y0 + 3 * height / 8);
+      const bool r = mean.r > 200;
+      const bool g = mean.g > 200;
+      const bool b = mean.b > 200;
+      const bool dark_r = mean.r < 55;
+      const bool dark_g = mean.g < 55;
+      const bool dark_b = mean.b < 55;
+      char letter = '?';
+      if (r && dark_g && dark_b) letter = 'R';
+      if (dark_r && g && dark_b) letter = 'G';
+      if (dark_r && dark_g && b) letter = 'B';
+      if (r && g && b) letter = 'W';
+      letters += letter;
+    }
+  }
+  return letters;
+}
+
+std::string quadrant_letters(const VideoFrames& frames, int64_t index = 0) {
+  return quadrant_letters(frame_pixels(frames, index), frames.width, frames.height);
+}
+
+// The quadrants as the ffmpeg CLI shows the clip: it applies the display matrix itself.
+std::string cli_quadrant_letters(const std::filesystem::path& clip) {
+  const std::vector<uint8_t> picture = cli_rgb24(clip, "scale=32:32");
+  if (picture.size() < size_t{32} * 32 * 3) return "(no picture)";
+  return quadrant_letters(picture.data(), 32, 32);
+}
+
+// Writes the display matrix of the first track of an MP4 made by FFmpeg: its 2x2 part (a, b; c,
+// d) as whole numbers, no translation. The ffmpeg 5.1 CLI can only tag turns (rotate=N), not
+// mirrors; the matrix lives at a fixed place in a version-0 'tkhd' box.
+void set_mp4_display_matrix(const std::filesystem::path& path, int a, int b, int c, int d) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string bytes{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  const size_t box = bytes.find("tkhd");
+  ASSERT_NE(box, std::string::npos);
+  ASSERT_EQ(bytes[box + 4], '\0') << "not a version-0 tkhd";
+  // After the type: version and flags, creation and modification times, track id, reserved,
+  // duration, 8 reserved, layer, alternate group, volume, reserved: 44 bytes.
+  const int32_t matrix[9] = {a << 16, b << 16, 0, c << 16, d << 16, 0, 0, 0, 1 << 30};
+  std::string encoded;
+  for (const int32_t value : matrix) {
+    const auto u = static_cast<uint32_t>(value);
+    for (int shift = 24; shift >= 0; shift -= 8) encoded += static_cast<char>((u >> shift) & 0xFF);
+  }
+  file.clear();
+  file.seekp(static_cast<std::streamoff>(box + 44));
+  file.write(encoded.data(), static_cast<std::streamsize>(encoded.size()));
+  ASSERT_TRUE(file.good());
+}
+
+VideoDecodeOptions stretch_options(int size = 32) {
+  VideoDecodeOptions options = num_frames_options(1, size);
+  options.resize = ResizeMode::kStretch;
+  return options;
+}
+
+TEST(VideoDecoder, QuarterTurnsOfTheDisplayMatrixAreApplied) {
+  TempDir dir;
+  const auto plain = dir / "plain.mp4";
+  make_quadrant_clip(plain);
+  // Counterclockwise turns.
+  const std::pair<int, const char*> turns[] = {{90, "GW/RB"}, {180, "WB/GR"}, {270, "BR/WG"}};
+  for (const auto& [degrees, expected] : turns) {
+    const auto clip = dir / ("turned" + std::to_string(degrees) + ".mp4");
+    tag_rotation(plain, clip, degrees);
+    const VideoFrames frames = decode_video(clip, stretch_options());
+    EXPECT_EQ(quadrant_letters(frames), expected) << degrees << " degrees";
+    EXPECT_EQ(quadrant_letters(frames), cli_quadrant_letters(clip)) << degrees << " degrees";
+    EXPECT_EQ(frames.source_width, 64);  // the coded size, for records
+    EXPECT_EQ(frames.source_height, 48);
+  }
+}
+
+TEST(VideoDecoder, MirrorsInTheDisplayMatrixAreApplied) {
+  TempDir dir;
+  const auto plain = dir / "plain.mp4";
+  make_quadrant_clip(plain);
+  struct Case {
+    int a, b, c, d;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {-1, 0, 0, 1, "GR/WB"},   // mirrored left to right
+      {1, 0, 0, -1, "BW/RG"},   // mirrored top to bottom
+      {0, 1, 1, 0, "RB/GW"},    // transposed: a quarter turn and a mirror
+      {0, -1, -1, 0, "WG/BR"},  // the other diagonal
+  };
+  int n = 0;
+  for (const Case& m : cases) {
+    const auto clip = dir / ("mirrored" + std::to_string(n++) + ".mp4");
+    std::filesystem::copy_file(plain, clip);
+    set_mp4_display_matrix(clip, m.a, m.b, m.c, m.d);
+    const VideoFrames frames = decode_video(clip, stretch_options());
+    const std::string label = std::to_string(m.a) + " " + std::to_string(m.b) + " " +
+                              std::to_string(m.c) + " " + std::to_string(m.d);
+    EXPECT_EQ(quadrant_letters(frames), m.expected) << label;
+    EXPECT_EQ(quadrant_letters(frames), cli_quadrant_letters(clip)) << label;
+  }
+}
+
+TEST(VideoDecoder, AutorotateOffKeepsTheCodedOrientation) {
+  TempDir dir;
+  const auto plain = dir / "plain.mp4";
+  const auto clip = dir / "turned.mp4";
+  make_quadrant_clip(plain);
+  tag_rotation(plain, clip, 90);
+  VideoDecodeOptions options = stretch_options();
+  options.autorotate = false;
+  EXPECT_EQ(quadrant_letters(decode_video(clip, options)), "RG/BW");
+  options.autorotate = true;
+  EXPECT_EQ(quadrant_letters(decode_video(clip, options)), "GW/RB");
+}
+
+TEST(VideoDecoder, CropIsTakenFromTheDisplayedPicture) {
+  TempDir dir;
+  const auto plain = dir / "plain.mp4";
+  const auto clip = dir / "turned.mp4";
+  // Coded 640x240 with white bands over its left and right quarters; shown 240x640, the bands
+  // at the top and bottom.
+  make_banded_picture(plain, /*portrait=*/false);
+  tag_rotation(plain, clip, 90);
+  VideoDecodeOptions options = num_frames_options(1);
+  options.width = 32;
+  options.height = 64;
+  options.resize = ResizeMode::kShorterSideCrop;
+  const VideoFrames frames = decode_video(clip, options);
+  ASSERT_EQ(frames.rgb.size(), 64u * 32 * 3);
+  // The centred 240x480 of the displayed picture: rows 80 to 560, the bands' inner 80 rows at
+  // either end, about 10.7 output rows each.
+  EXPECT_TRUE(near_colour(mean_rgb_rows(frames, 0, 0, 8), kWhite));
+  EXPECT_TRUE(near_colour(mean_rgb_rows(frames, 0, 14, 50), kBlack));
+  EXPECT_TRUE(near_colour(mean_rgb_rows(frames, 0, 56, 64), kWhite));
+
+  options.resize = ResizeMode::kStretch;
+  const VideoFrames stretched = decode_video(clip, options);
+  EXPECT_TRUE(near_colour(mean_rgb_rows(stretched, 0, 0, 12), kWhite));
+  EXPECT_TRUE(near_colour(mean_rgb_rows(stretched, 0, 20, 44), kBlack));
+  EXPECT_TRUE(near_colour(mean_rgb_rows(stretched, 0, 52, 64), kWhite));
+}
+
+TEST(VideoDecoder, TimestampsAreOnTheContainersClock) {
+  TempDir dir;
+  const auto colours = dir / "colours.mp4";
+  const auto clip = dir / "late.mp4";
+  make_colour_clip(colours, "-c:v libx264 -pix_fmt yuv420p");
+  // The video starts 1 s after the audio, which starts the container's clock.
+  run_ffmpeg("-f lavfi -i sine=frequency=440:sample_rate=44100:duration=5 -itsoffset 1 -i " +
+             quoted(colours) + " -map 0:a -map 1:v -c:v copy -c:a aac " + quoted(clip));
+  const VideoFrames frames = decode_video(clip, fps_options(1.0));
+  // Sampling is still over the video's own 4 s: one frame per colour.
+  ASSERT_EQ(frames.num_frames, 4);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TRUE(near_colour(mean_rgb(frames, k), kSecondColours[k])) << "frame " << k;
+    EXPECT_NEAR(frames.timestamps[k], 1.0 + k + 0.5, kFramePeriod) << "frame " << k;
+  }
+}
+
 TEST(VideoDecoder, OptionsCopyTheConfigSection) {
   VideoSection section;
   section.fps = 2.5;
@@ -729,6 +1017,7 @@ TEST(VideoDecoder, OptionsCopyTheConfigSection) {
   section.decoder_threads = 3;
   section.max_pixels = 1234;
   section.max_decoded_frames = 567;
+  section.autorotate = false;
   RunSection run;
   run.sample_timeout_s = 8.5;
   run.max_file_bytes = 999;
@@ -745,6 +1034,8 @@ TEST(VideoDecoder, OptionsCopyTheConfigSection) {
   EXPECT_EQ(options.max_decoded_frames, 567);
   EXPECT_EQ(options.timeout_s, 8.5);
   EXPECT_EQ(options.max_file_bytes, 999);
+  EXPECT_FALSE(options.autorotate);
+  EXPECT_TRUE(video_decode_options(VideoSection{}, run).autorotate);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "pipeline/core/error.hpp"
@@ -22,7 +24,7 @@ namespace {
 std::atomic<pid_t> g_child{0};
 std::atomic<int> g_forwarded{0};
 
-// SIGINT/SIGTERM reach the supervisor (the child has its own process group, so a Ctrl-C in a
+// SIGINT/SIGTERM/SIGHUP reach the supervisor (the child has its own process group, so a Ctrl-C in a
 // terminal reaches only the supervisor) and go on to the child, which stops gracefully; a
 // second one makes the child exit at once (pipeline/core/stop_request.cpp).
 void forward(int signal) {
@@ -72,6 +74,21 @@ int quarantine_in_flight(const std::filesystem::path& output_dir, const std::str
 }
 
 }  // namespace
+
+SharedFlag::SharedFlag() {
+  void* page = ::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  PC_CHECK(page != MAP_FAILED, InternalError, "cannot map a shared page: ", std::strerror(errno));
+  page_ = new (page) std::atomic<int>(0);
+}
+
+SharedFlag::~SharedFlag() {
+  if (page_ != nullptr) ::munmap(page_, sizeof(std::atomic<int>));
+}
+
+void SharedFlag::set() { static_cast<std::atomic<int>*>(page_)->store(1); }
+
+bool SharedFlag::is_set() const { return static_cast<std::atomic<int>*>(page_)->load() != 0; }
 
 std::optional<int> supervise(const std::filesystem::path& output_dir, int max_restarts) {
   handle_stop_signals(forward);

@@ -52,6 +52,14 @@ TextSection text_section(const TokenizeOptions& o) {
   }
   if (o.max_length > 0) text.max_length = o.max_length;
   resolve_text_settings(text);
+  // `run` refuses such a length in validate(); this command never validates the whole config,
+  // and the tokenizer itself would turn every text into [CLS] [SEP].
+  const int length = text.max_length.value_or(0);
+  const std::string from = !o.config.empty() ? "config " + o.config : "model folder " + o.model;
+  PC_CHECK(length >= kMinTokenizerMaxLength && length <= kMaxTokenizerMaxLength, ConfigError,
+           "text.tokenizer.max_length ", length, " (from ", from, ") must be an integer from ",
+           kMinTokenizerMaxLength, " to ", kMaxTokenizerMaxLength,
+           " ([CLS], at least one token and [SEP]); pass --max-length N to override it");
   return text;
 }
 
@@ -164,11 +172,11 @@ CommandFn add_tokenize_command(CLI::App& app) {
   cmd->add_option("-f,--file", o->file, "Tokenize every line of this file");
   cmd->add_flag("--cased", o->cased, "Keep case and accents");
   cmd->add_option("--max-length", o->max_length, "Tokens per text, [CLS] and [SEP] included")
-      ->check(CLI::Range(2, 65536));
+      ->check(CLI::Range(kMinTokenizerMaxLength, kMaxTokenizerMaxLength));
   cmd->add_flag("--json", o->json, "One JSON object per text");
   cmd->add_flag("--stats", o->stats, "Only lengths, truncation and throughput of all texts");
   cmd->add_option("--threads", o->threads, "Threads for --stats (0: one per core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, kMaxThreads));
   return [o]() { return tokenize(*o); };
 }
 
