@@ -55,9 +55,12 @@ at::Tensor TorchScriptModel::forward(std::vector<c10::IValue> inputs) {
     PC_THROW(ModelError, "model ", file_.filename(), " failed on ", device_.str(), ": ",
              e.what_without_backtrace());
   } catch (const std::exception& e) {
-    // A `raise` inside TorchScript arrives as torch::jit::JITException, a std::runtime_error.
-    PC_THROW(ModelError, "model ", file_.filename(), " failed on ", device_.str(), ": ",
-             e.what());
+    // A `raise` inside TorchScript arrives as torch::jit::JITException, a std::runtime_error;
+    // so does an allocator failure deep inside a traced module (seen on an H200: ResNet-50
+    // under a 650 MiB budget), which must reach the out-of-memory recovery, not be a model error.
+    const std::string what = e.what();
+    TORCH_CHECK_WITH(OutOfMemoryError, what.find("out of memory") == std::string::npos, what);
+    PC_THROW(ModelError, "model ", file_.filename(), " failed on ", device_.str(), ": ", what);
   }
   if (output.isTensor()) return output.toTensor();
   if (output.isTuple() && !output.toTupleRef().elements().empty() &&

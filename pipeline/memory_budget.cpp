@@ -155,7 +155,7 @@ struct EncoderCost {
 // in 50,000 texts under 2 GiB; docs/benchmarks.md).
 constexpr double kUsable = 0.75;
 
-EncoderCost measure(Encoder& e, const Config& config, int64_t available) {
+EncoderCost measure(Encoder& e, const Config& config, int64_t available, int64_t budget) {
   EncoderCost c;
   c.encoder = &e;
   c.modality = e.info().modality;
@@ -164,10 +164,10 @@ EncoderCost measure(Encoder& e, const Config& config, int64_t available) {
   c.units = sample_cost(c.modality, *c.sample);
   const auto one = probe_batch(e, c.sample, 1);
   const std::string name(modality_name(c.modality));
-  PC_CHECK(!one.out_of_memory, ConfigError, "run.gpu_memory_budget: one ", name, " sample of ",
-           c.units, " units does not fit in the budget on ", e.info().device,
-           "; raise the budget or make samples smaller (video.size, video.num_frames, "
-           "audio.window_s, text.tokenizer.max_length)");
+  PC_CHECK(!one.out_of_memory, ConfigError, "run.gpu_memory_budget ", format_bytes(budget),
+           " on ", e.info().device, ": one ", name, " sample of ", c.units,
+           " units does not fit next to the encoders' weights; raise the budget or make samples "
+           "smaller (video.size, video.num_frames, audio.window_s, text.tokenizer.max_length)");
   c.need = std::max<int64_t>(1, one.peak_extra_reserved);
   // A second point for the slope, as large as the whole budget suggests, capped by the config.
   int second = static_cast<int>(std::clamp<int64_t>(
@@ -256,7 +256,7 @@ std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools
     cap_device_memory(device, b.budget_bytes);
 
     std::vector<EncoderCost> costs;
-    for (auto* e : encoders) costs.push_back(measure(*e, config, available));
+    for (auto* e : encoders) costs.push_back(measure(*e, config, available, b.budget_bytes));
     share_by_need(costs, available, device, b.budget_bytes);
 
     for (auto& c : costs) {

@@ -339,7 +339,12 @@ std::string committed_shard_problem(const std::filesystem::path& output_dir,
 
 void write_index(const std::filesystem::path& output_dir, const OutputIndex& index) {
   crash_point("before-index");
-  write_file_atomically(output_dir / kIndexFileName, index_to_json(index).dump(2) + "\n");
+  // Paths (the input, the encoders) are bytes, and JSON cannot hold bytes that are not UTF-8:
+  // they become U+FFFD here. Nothing is read back from those fields to find a file, and a
+  // resume compares hashes, not paths.
+  write_file_atomically(output_dir / kIndexFileName,
+                        index_to_json(index).dump(2, ' ', false, Json::error_handler_t::replace) +
+                            "\n");
   crash_point("after-index");
 }
 

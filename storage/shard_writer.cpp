@@ -38,6 +38,52 @@ void check_no_nul(std::string_view text, const path& target, std::string_view wh
            what, " contains a NUL character");
 }
 
+// The length of the well-formed UTF-8 sequence that `text` starts with (Unicode's table 3-7:
+// no overlong forms, surrogates or code points past U+10FFFF), or 0 when it starts with none.
+size_t utf8_sequence_length(std::string_view text) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  unsigned char second_min = 0x80, second_max = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) second_min = 0xA0;
+    if (lead == 0xED) second_max = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) second_min = 0x90;
+    if (lead == 0xF4) second_max = 0x8F;
+  } else {
+    return 0;
+  }
+  if (text.size() < length || byte(1) < second_min || byte(1) > second_max) return 0;
+  for (size_t i = 2; i < length; ++i) {
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+  }
+  return length;
+}
+
+// Failure messages quote paths, which are bytes; the dataset is typed UTF-8, and readers such as
+// h5py's asstr() refuse to decode anything else, so bad bytes are stored as U+FFFD.
+std::string with_invalid_utf8_replaced(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  while (!text.empty()) {
+    const size_t length = utf8_sequence_length(text);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";
+      text.remove_prefix(1);
+    } else {
+      out.append(text.substr(0, length));
+      text.remove_prefix(length);
+    }
+  }
+  return out;
+}
+
 void validate_embedding(const ModalitySchema& schema, const ShardSample& sample,
                         const SampleEmbedding& embedding, const path& target) {
   const Modality m = schema.modality;
@@ -321,7 +367,7 @@ void ShardImageBuilder::write_failures(const Group& root,
     ids.push_back(failure.id);
     modalities.emplace_back(modality_name(failure.modality));
     categories.emplace_back(failure_category_name(failure.category));
-    messages.push_back(failure.message);
+    messages.push_back(with_invalid_utf8_replaced(failure.message));
   }
   const Group group = create_group(root, schema::kFailuresGroup);
   write_column(group, schema::kFailureSeqDataset, seqs);

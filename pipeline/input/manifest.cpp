@@ -1,14 +1,22 @@
 #include "pipeline/input/manifest.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <utf8proc.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
 
 #include "pipeline/core/error.hpp"
 
@@ -25,29 +33,162 @@ std::filesystem::path resolve(const std::string& path, const std::filesystem::pa
   return p.is_absolute() ? p : (base / p).lexically_normal();
 }
 
-// Collects samples in order, checking each one and the uniqueness of ids as it goes.
+bool is_ascii(std::string_view text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+// Strict UTF-8 (utf8proc refuses overlong forms, surrogates and code points past U+10FFFF),
+// which is what HDF5 readers such as h5py's asstr() and every JSON tool will decode.
+bool is_valid_utf8(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  auto left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t code_point = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(bytes, left, &code_point);
+    if (n <= 0) return false;
+    bytes += n;
+    left -= n;
+  }
+  return true;
+}
+
+// `text` as it can be shown in a message: valid characters as they are, control characters and
+// bytes that are not UTF-8 as \xHH, so that a terminal shows exactly which bytes are wrong.
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  const auto escape = [&](unsigned char byte) {
+    out += "\\x";
+    out += kHex[byte >> 4];
+    out += kHex[byte & 0xF];
+  };
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  size_t i = 0;
+  while (i < text.size()) {
+    utf8proc_int32_t code_point = 0;
+    const utf8proc_ssize_t n =
+        utf8proc_iterate(bytes + i, static_cast<utf8proc_ssize_t>(text.size() - i), &code_point);
+    if (n <= 0) {
+      escape(bytes[i++]);
+    } else if (code_point < 0x20 || code_point == 0x7F) {
+      escape(static_cast<unsigned char>(code_point));
+      ++i;
+    } else {
+      out.append(text.substr(i, static_cast<size_t>(n)));
+      i += static_cast<size_t>(n);
+    }
+  }
+  return out;
+}
+
+// The NFC form of valid UTF-8 `text`, to find ids that look the same but differ in bytes.
+std::string nfc(const std::string& text) {
+  if (is_ascii(text)) return text;  // ASCII is its own NFC
+  utf8proc_uint8_t* mapped = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &mapped,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owner(mapped, &std::free);
+  // Only an allocation failure can fail here: the text was checked to be valid UTF-8.
+  PC_ASSERT(n >= 0, "utf8proc cannot normalize an id: ", utf8proc_errmsg(n));
+  return std::string(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
+}
+
+// Collects samples in order, checking each one and the uniqueness of ids as it goes. Ids are
+// checked here, before any work, because each becomes an HDF5 string read back as UTF-8 text,
+// and a NUL or an invalid byte would otherwise only surface when a shard is written or read.
 class SampleCollector {
  public:
-  explicit SampleCollector(std::string name) : name_(std::move(name)) {}
+  // `by_line`: samples come from a manifest's lines (messages name lines), not from files.
+  SampleCollector(std::string name, bool by_line) : name_(std::move(name)), by_line_(by_line) {}
 
   void add(SampleSpec spec) {
-    PC_CHECK(!spec.id.empty(), InputError, name_, " line ", spec.line,
+    PC_CHECK(!spec.id.empty(), InputError, name_, where(spec.line),
              ": the sample has no 'id'; give every sample a unique id");
-    PC_CHECK(spec.video || spec.audio || spec.text, InputError, name_, " line ", spec.line,
+    PC_CHECK(spec.id.find('\0') == std::string::npos, InputError, name_, where(spec.line),
+             ": the id '", printable(spec.id),
+             "' contains a NUL character (shown as \\x00), which ids cannot hold; remove it");
+    PC_CHECK(is_valid_utf8(spec.id), InputError, name_, where(spec.line), ": the id '",
+             printable(spec.id),
+             "' is not valid UTF-8 (the bad bytes are shown as \\xHH); ids must be UTF-8 text: "
+             "fix the id, or convert the manifest to UTF-8 (e.g. iconv -f latin1 -t utf-8)");
+    check_path(spec.video, "video", spec);
+    check_path(spec.audio, "audio", spec);
+    PC_CHECK(spec.video || spec.audio || spec.text, InputError, name_, where(spec.line),
              ": sample '", spec.id, "' has none of 'video', 'audio', 'text'; give at least one");
     const auto [it, inserted] = first_line_.emplace(spec.id, spec.line);
     PC_CHECK(inserted, InputError, name_, ": id '", spec.id, "' appears on line ", it->second,
              " and on line ", spec.line, "; ids must be unique");
+    note_normalization(spec);
     spec.seq = static_cast<int64_t>(samples_.size());
     samples_.push_back(std::move(spec));
   }
 
-  std::vector<SampleSpec> take() { return std::move(samples_); }
+  std::vector<SampleSpec> take() {
+    if (normalization_pairs_ > 0) {
+      // Both are kept: they are different byte strings, and refusing would break inputs that
+      // mean them as two samples. But a trainer that normalizes text would merge them.
+      spdlog::warn("{}: ids '{}'{} and '{}'{} differ only in Unicode normalization (NFC vs NFD): "
+                   "they look the same but are kept as two samples{}; write both the same way "
+                   "(NFC) if they are meant to be one sample",
+                   name_, first_pair_.first, first_pair_where_.first, first_pair_.second,
+                   first_pair_where_.second,
+                   normalization_pairs_ > 1
+                       ? fmt::format(" ({} more such pair(s))", normalization_pairs_ - 1)
+                       : std::string());
+    }
+    return std::move(samples_);
+  }
 
  private:
+  std::string where(int64_t line) const {
+    return by_line_ ? fmt::format(" line {}", line) : std::string();
+  }
+  std::string in_parens(int64_t line) const {
+    return by_line_ ? fmt::format(" (line {})", line) : std::string();
+  }
+
+  void check_path(const std::optional<std::filesystem::path>& file, const char* key,
+                  const SampleSpec& spec) {
+    // Opening the file would silently cut the path at the NUL and read another file.
+    PC_CHECK(!file || file->native().find('\0') == std::string::npos, InputError, name_,
+             where(spec.line), ": the '", key, "' path '", printable(file->native()),
+             "' contains a NUL character (shown as \\x00), which no file name can hold; "
+             "fix the path");
+  }
+
+  void note_normalization(const SampleSpec& spec) {
+    // An ASCII id is its own NFC form: its look-alikes find it in first_line_ below.
+    if (is_ascii(spec.id)) return;
+    std::string key = nfc(spec.id);
+    std::optional<std::pair<std::string, int64_t>> earlier;  // its look-alike: id, line
+    if (key != spec.id) {
+      if (const auto it = first_line_.find(key); it != first_line_.end()) {
+        earlier.emplace(key, it->second);
+      }
+    }
+    if (!earlier) {
+      const auto [it, inserted] = by_nfc_.emplace(std::move(key), samples_.size());
+      if (inserted) return;
+      earlier.emplace(samples_[it->second].id, samples_[it->second].line);
+    }
+    // Exact duplicates were refused before: here the bytes differ and the NFC forms do not.
+    if (normalization_pairs_++ == 0) {
+      first_pair_ = {earlier->first, spec.id};
+      first_pair_where_ = {in_parens(earlier->second), in_parens(spec.line)};
+    }
+  }
+
   std::string name_;
+  bool by_line_;
   std::vector<SampleSpec> samples_;
   std::unordered_map<std::string, int64_t> first_line_;
+  std::unordered_map<std::string, size_t> by_nfc_;  // NFC of non-ASCII ids -> first in samples_
+  int64_t normalization_pairs_ = 0;
+  std::pair<std::string, std::string> first_pair_;
+  std::pair<std::string, std::string> first_pair_where_;
 };
 
 std::optional<std::string> json_string(const nlohmann::json& obj, const char* key,
@@ -66,7 +207,7 @@ void strip_bom(std::string& line) {
 
 std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::path& base,
                                     const std::string& name) {
-  SampleCollector samples(name);
+  SampleCollector samples(name, /*by_line=*/true);
   std::string line;
   int64_t line_no = 0;
   while (std::getline(in, line)) {
@@ -184,7 +325,7 @@ std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
   PC_CHECK(video_col || audio_col || text_col, InputError, name,
            " line 1: no 'video', 'audio' or 'text' column; name at least one in the header");
 
-  SampleCollector samples(name);
+  SampleCollector samples(name, /*by_line=*/true);
   while (true) {
     const int64_t record_line = line_no + 1;
     if (!read_record(in, delim, fields, line_no, name)) break;
@@ -206,7 +347,7 @@ std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
 
 enum class MediaKind { kVideo, kAudio, kCaption, kOther };
 
-MediaKind media_kind(const std::filesystem::path& file) {
+const std::map<std::string, MediaKind>& media_kinds() {
   static const std::map<std::string, MediaKind> kKinds = {
       {".mp4", MediaKind::kVideo},  {".m4v", MediaKind::kVideo},  {".mkv", MediaKind::kVideo},
       {".webm", MediaKind::kVideo}, {".avi", MediaKind::kVideo},  {".mov", MediaKind::kVideo},
@@ -216,8 +357,72 @@ MediaKind media_kind(const std::filesystem::path& file) {
       {".m4a", MediaKind::kAudio},  {".aac", MediaKind::kAudio},  {".ogg", MediaKind::kAudio},
       {".opus", MediaKind::kAudio}, {".txt", MediaKind::kCaption},
   };
-  const auto it = kKinds.find(lower(file.extension().string()));
-  return it == kKinds.end() ? MediaKind::kOther : it->second;
+  return kKinds;
+}
+
+MediaKind media_kind(const std::filesystem::path& file) {
+  const auto it = media_kinds().find(lower(file.extension().string()));
+  return it == media_kinds().end() ? MediaKind::kOther : it->second;
+}
+
+std::string extensions_of(MediaKind kind) {
+  std::string list;
+  for (const auto& [extension, k] : media_kinds()) {
+    if (k == kind) list += (list.empty() ? "" : " ") + extension;
+  }
+  return list;
+}
+
+// Every regular file under `folder`, following links to folders. A folder reached a second
+// time (same device and inode: a symlink loop, or a second link to it) is not entered again,
+// and an entry that cannot be stat'ed (a dangling or self-referencing link) is skipped: each
+// with a warning, so that one bad link does not refuse the whole input. Children are visited in
+// sorted order, so which of two links to a folder is kept does not depend on the file system.
+std::vector<std::filesystem::path> regular_files_under(const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::set<std::pair<dev_t, ino_t>> visited;
+  struct stat info {};
+  if (::stat(folder.c_str(), &info) != 0) {
+    const int stat_error = errno;  // before anything else can change it
+    PC_THROW(InputError, "cannot read input folder ", folder, ": ", std::strerror(stat_error));
+  }
+  visited.emplace(info.st_dev, info.st_ino);
+  std::vector<fs::path> pending{folder};  // folders still to list, the next one last
+  while (!pending.empty()) {
+    const fs::path dir = std::move(pending.back());
+    pending.pop_back();
+    std::vector<fs::path> children;
+    std::error_code error;
+    for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+      children.push_back(it->path());
+    }
+    PC_CHECK(!error, InputError, "cannot list folder ", dir, " of input folder ", folder, ": ",
+             error.message(), "; check its permissions or leave it out of the input folder");
+    std::sort(children.begin(), children.end());
+    std::vector<fs::path> subfolders;
+    for (auto& child : children) {
+      if (::stat(child.c_str(), &info) != 0) {
+        const int stat_error = errno;  // before anything else can change it
+        spdlog::warn("input folder {}: skipped '{}': {} (a dangling or looping link?); fix or "
+                     "remove it to include it", folder.string(), printable(child.string()),
+                     std::strerror(stat_error));
+      } else if (S_ISDIR(info.st_mode)) {
+        if (visited.emplace(info.st_dev, info.st_ino).second) {
+          subfolders.push_back(std::move(child));
+        } else {
+          spdlog::warn("input folder {}: skipped '{}': it leads to a folder already scanned (a "
+                       "symlink loop, or a second link to the same folder)",
+                       folder.string(), printable(child.string()));
+        }
+      } else if (S_ISREG(info.st_mode)) {
+        files.push_back(std::move(child));
+      }
+    }
+    pending.insert(pending.end(), std::make_move_iterator(subfolders.rbegin()),
+                   std::make_move_iterator(subfolders.rend()));
+  }
+  return files;
 }
 
 std::string read_caption(const std::filesystem::path& file) {
@@ -280,23 +485,23 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder) {
              " both give sample '", id, "' the same kind of input; rename one");
     slot = file;
   };
-  try {
-    for (const auto& item : std::filesystem::recursive_directory_iterator(
-             folder, std::filesystem::directory_options::follow_directory_symlink)) {
-      if (!item.is_regular_file()) continue;
-      const auto kind = media_kind(item.path());
-      if (kind == MediaKind::kOther) continue;
-      auto relative = item.path().lexically_relative(folder);
-      const std::string id = relative.replace_extension().generic_string();
-      auto& entry = by_id[id];
-      if (kind == MediaKind::kVideo) take(entry.video, id, item.path());
-      if (kind == MediaKind::kAudio) take(entry.audio, id, item.path());
-      if (kind == MediaKind::kCaption) take(entry.caption, id, item.path());
-    }
-  } catch (const std::filesystem::filesystem_error& e) {
-    PC_THROW(InputError, "cannot list input folder ", folder, ": ", e.what());
+  for (const auto& file : regular_files_under(folder)) {
+    const auto kind = media_kind(file);
+    if (kind == MediaKind::kOther) continue;
+    auto relative = file.lexically_relative(folder);
+    // The id is made of the name: the file, not a manifest line, is what to fix.
+    PC_CHECK(is_valid_utf8(relative.native()), InputError, "input folder ", folder,
+             ": the file name '", printable(relative.native()),
+             "' is not valid UTF-8 (the bad bytes are shown as \\xHH), but sample ids are made "
+             "from file names and must be UTF-8 text; rename the file (e.g. convmv -f latin1 "
+             "-t utf-8)");
+    const std::string id = relative.replace_extension().generic_string();
+    auto& entry = by_id[id];
+    if (kind == MediaKind::kVideo) take(entry.video, id, file);
+    if (kind == MediaKind::kAudio) take(entry.audio, id, file);
+    if (kind == MediaKind::kCaption) take(entry.caption, id, file);
   }
-  SampleCollector samples("input folder " + folder.string());
+  SampleCollector samples("input folder " + folder.string(), /*by_line=*/false);
   int64_t file_no = 0;
   int64_t orphan_captions = 0;
   for (auto& [id, entry] : by_id) {
@@ -321,7 +526,19 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder) {
 
 std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
                                    const std::filesystem::path& folder) {
-  return manifest.empty() ? scan_folder(folder) : read_manifest(manifest);
+  if (manifest.empty()) {
+    auto samples = scan_folder(folder);
+    PC_CHECK(!samples.empty(), InputError, "input folder ", folder,
+             " holds no video or audio file, so there is nothing to embed; add media files "
+             "(video: ", extensions_of(MediaKind::kVideo), "; audio: ",
+             extensions_of(MediaKind::kAudio), ") or check input.folder / --input");
+    return samples;
+  }
+  auto samples = read_manifest(manifest);
+  PC_CHECK(!samples.empty(), InputError, "manifest ", manifest,
+           " holds no samples (it is empty, or has only blank lines or a header), so there is "
+           "nothing to embed; add one line per sample, or check input.manifest / --input");
+  return samples;
 }
 
 }  // namespace precompute

@@ -1,7 +1,9 @@
 #pragma once
 // Reading the input: a manifest (JSONL, CSV or TSV) or a folder of media files, into SampleSpecs
 // in input order with seq = position. Everything is checked before any work starts: a broken
-// line, a missing id or a duplicate id stops the run with the line numbers and the fix.
+// line, a missing id, an id that is not UTF-8 text or holds a NUL, a media path with a NUL, or a
+// duplicate id stops the run with the line numbers and the fix. Ids that differ only in Unicode
+// normalization (NFC vs NFD) are kept, with a warning naming the first such pair.
 
 #include <filesystem>
 #include <istream>
@@ -18,8 +20,8 @@ enum class ManifestFormat { kJsonl, kCsv, kTsv };
 ManifestFormat manifest_format_for(const std::filesystem::path& file);
 
 // Reads a manifest file. Relative media paths resolve against the manifest's folder. Throws
-// InputError naming the file and line for bad syntax, a missing id, a sample with no input, or a
-// duplicate id (naming both lines).
+// InputError naming the file and line for bad syntax, a missing or invalid id (NUL, not UTF-8),
+// a media path with a NUL, a sample with no input, or a duplicate id (naming both lines).
 std::vector<SampleSpec> read_manifest(const std::filesystem::path& file);
 
 // The same from a stream; `name` is used in messages, `base_dir` resolves relative paths.
@@ -29,11 +31,14 @@ std::vector<SampleSpec> parse_manifest(std::istream& in, ManifestFormat format,
 
 // Folder mode: every video or audio file under `folder` (recursively, sorted by relative path)
 // is a sample whose id is its relative path without extension; a video and an audio file with
-// the same id form one sample; a sidecar ID.txt holds the caption. Throws InputError when two
-// files of the same kind share an id, or when the folder cannot be read.
+// the same id form one sample; a sidecar ID.txt holds the caption. Links to folders are followed,
+// each folder entered once (by device and inode); a link loop, or an entry that cannot be
+// stat'ed, is skipped with a warning. Throws InputError when two files of the same kind share an
+// id, when a media file's name is not valid UTF-8, or when a folder cannot be listed.
 std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder);
 
-// Either of the above, as the config's input section says.
+// Either of the above, as the config's input section says; an input with no sample at all is
+// refused (InputError), so that every caller stops before any work.
 std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
                                    const std::filesystem::path& folder);
 

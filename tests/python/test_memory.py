@@ -142,3 +142,41 @@ def test_host_budget_bounds_decoded_samples_on_a_dataset_ten_times_larger(
     # (4 per batch x 2 + 2 per decode thread x 2 = 12) are in flight, plus the 2 being decoded.
     assert big_held <= max(32, 12 * sample_mb) + 3 * sample_mb, big_held
     assert big_rss <= small_rss + 32 + 3 * sample_mb + 40, (big_rss, small_rss)
+
+
+def test_out_of_memory_inside_a_torchscript_module_is_recovered_not_a_model_error(
+        binary, tmp_path):
+    """Seen on an H200: CUDA running out of memory deep inside a traced ResNet-50 reaches
+    LibTorch as the TorchScript interpreter's own exception (a std::runtime_error), not as
+    c10::OutOfMemoryError, and was taken for a broken model: calibration refused the budget with
+    the model's traceback, and a run would have recorded `encode_error`. A scripted model that
+    raises the allocator's message for batches of more than 2 frames stands in for it here:
+    batches are split until they fit, and a clip whose own 6 frames are too many is `oom`."""
+    import torch
+
+    class OutOfMemoryAbove2Frames(torch.nn.Module):
+        def forward(self, frames: torch.Tensor) -> torch.Tensor:
+            if frames.size(0) > 2:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 98.00 MiB "
+                                   "(raised by a test model)")
+            return frames.mean(dim=[2, 3])
+
+    model = tmp_path / "oom_video.pt"
+    torch.jit.script(OutOfMemoryAbove2Frames()).save(str(model))
+    from conftest import colour_clip
+
+    samples = []
+    for i in range(6):
+        clip = tmp_path / f"v{i}.mp4"
+        colour_clip(clip, ["red", "blue", "green"] if i == 3 else ["red"])
+        samples.append({"id": f"v{i}", "video": str(clip)})
+    manifest = write_manifest(tmp_path / "m.jsonl", samples)
+    config = {"input": {"manifest": str(manifest)}, "output": {"path": str(tmp_path / "out")},
+              "video": {"encoder": {"path": str(model)}, "sampling": {"fps": 2}, "size": 16,
+                        "batch_size": 4}}
+    r = run_precompute(binary, tmp_path, config, "--max-failures", "1")
+    assert "split after running out of device memory" in r.stderr, r.stderr[-3000:]
+    out = read_output(tmp_path / "out")
+    assert [(f["id"], f["modality"], f["category"]) for f in out.failures] == [
+        ("v3", "video", "oom")]
+    assert set(out.samples) == {f"v{i}" for i in range(6)} - {"v3"}

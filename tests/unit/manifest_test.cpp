@@ -6,10 +6,13 @@
 #include <sstream>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/logging.hpp"
 #include "test_media.hpp"
 
 namespace precompute {
 namespace {
+
+using namespace std::string_literals;
 
 std::vector<SampleSpec> parse(const std::string& text, ManifestFormat format) {
   std::istringstream in(text);
@@ -127,6 +130,142 @@ TEST(ManifestTest, FolderModePairsMediaAndCaptions) {
   std::ofstream(dir / "b.mkv") << "x";
   EXPECT_THROW(scan_folder(dir.path()), InputError);
   EXPECT_THROW(scan_folder(dir / "missing"), InputError);
+}
+
+TEST(ManifestTest, IdsWithNulAreRefusedNamingTheLine) {
+  // A NUL passed every check and then failed the shard write (exit 74) without naming the id.
+  const auto j = error_of(
+      "{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": \"b\\u0000c\", \"text\": \"y\"}\n",
+      ManifestFormat::kJsonl);
+  EXPECT_NE(j.find("m line 2: the id 'b\\x00c' contains a NUL character"), std::string::npos)
+      << j;
+  const auto c = error_of("id,text\na,x\nb\0c,y\n"s, ManifestFormat::kCsv);
+  EXPECT_NE(c.find("m line 3: the id 'b\\x00c' contains a NUL"), std::string::npos) << c;
+}
+
+TEST(ManifestTest, MediaPathsWithNulAreRefusedNamingTheLine) {
+  // The path used to be cut at the NUL when the file was opened: another file was read.
+  const auto v = error_of("{\"id\": \"a\", \"video\": \"a.mp4\\u0000.txt\"}\n",
+                          ManifestFormat::kJsonl);
+  EXPECT_NE(v.find("m line 1: the 'video' path '/data/a.mp4\\x00.txt' contains a NUL"),
+            std::string::npos)
+      << v;
+  const auto a = error_of("id,audio\nx,ok.wav\ny,b\0.wav\n"s, ManifestFormat::kCsv);
+  EXPECT_NE(a.find("m line 3: the 'audio' path"), std::string::npos) << a;
+}
+
+TEST(ManifestTest, CaptionsWithNulAreKeptForTheTokenizer) {
+  // Captions are never strings in a shard: the tokenizer drops NUL like other control characters.
+  const auto s = parse("{\"id\": \"a\", \"text\": \"x\\u0000y\"}\n", ManifestFormat::kJsonl);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(*s[0].text, "x\0y"s);
+}
+
+TEST(ManifestTest, IdsMustBeValidUtf8) {
+  const auto e = error_of("id,text\nok,x\nbad\xffid,y\n", ManifestFormat::kCsv);
+  EXPECT_NE(e.find("m line 3: the id 'bad\\xFFid' is not valid UTF-8"), std::string::npos) << e;
+  EXPECT_NE(e.find("iconv"), std::string::npos) << e;
+  // Overlong forms and UTF-16 surrogates are not UTF-8 either (h5py refuses to decode them).
+  EXPECT_NE(error_of("id\ttext\n\xc0\xaf\tx\n", ManifestFormat::kTsv).find("'\\xC0\\xAF'"),
+            std::string::npos);
+  EXPECT_NE(error_of("id\ttext\n\xed\xa0\x80\tx\n", ManifestFormat::kTsv).find("not valid UTF-8"),
+            std::string::npos);
+  const auto s = parse("id,text\ncaf\xc3\xa9,x\n\xf0\x9f\x8e\xb8,y\n", ManifestFormat::kCsv);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[1].id, "\xf0\x9f\x8e\xb8");
+}
+
+TEST(ManifestTest, IdsThatDifferOnlyInNormalizationWarnOnce) {
+  setup_logging("warn");
+  ::testing::internal::CaptureStderr();
+  const auto s = parse(
+      "{\"id\": \"caf\\u00e9\", \"text\": \"NFC\"}\n"
+      "{\"id\": \"other\", \"text\": \"x\"}\n"
+      "{\"id\": \"cafe\\u0301\", \"text\": \"NFD\"}\n"
+      "{\"id\": \"K\", \"text\": \"latin\"}\n"
+      "{\"id\": \"\\u212a\", \"text\": \"kelvin sign\"}\n",
+      ManifestFormat::kJsonl);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(s.size(), 5u);  // kept: they are different ids, only confusable
+  EXPECT_NE(log.find("m: ids 'caf\xc3\xa9' (line 1) and 'cafe\xcc\x81' (line 3) differ only in "
+                     "Unicode normalization"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("(1 more such pair(s))"), std::string::npos) << log;
+  EXPECT_EQ(log.find("differ only", log.find("differ only") + 1), std::string::npos) << log;
+}
+
+TEST(ManifestTest, FolderModeRefusesFileNamesThatAreNotUtf8) {
+  testing::TempDir dir;
+  std::ofstream(dir / "good.mp4") << "x";
+  std::filesystem::create_directories(dir / "sub");
+  std::ofstream(dir / "sub" / "bad\xffname.mp4") << "x";
+  std::string e;
+  try {
+    scan_folder(dir.path());
+  } catch (const InputError& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find("the file name 'sub/bad\\xFFname.mp4' is not valid UTF-8"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("rename the file"), std::string::npos) << e;
+}
+
+TEST(ManifestTest, FolderModeSkipsLinkLoopsAndBrokenLinks) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir / "sub" / "deeper");
+  std::ofstream(dir / "a.mp4") << "x";
+  std::ofstream(dir / "sub" / "deeper" / "b.wav") << "x";
+  std::filesystem::create_directory_symlink(dir.path(), dir / "sub" / "deeper" / "up");
+  std::filesystem::create_directory_symlink("deeper", dir / "sub" / "again");
+  std::filesystem::create_symlink("self.mp4", dir / "self.mp4");
+  std::filesystem::create_symlink("nowhere.mp4", dir / "dangling.mp4");
+  std::filesystem::create_symlink("a.mp4", dir / "link.mp4");  // a link to a file is a file
+  setup_logging("warn");
+  ::testing::internal::CaptureStderr();
+  const auto s = scan_folder(dir.path());
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(s.size(), 3u) << log;
+  EXPECT_EQ(s[0].id, "a");
+  EXPECT_EQ(s[1].id, "link");
+  // "again" sorts before "deeper": it is the link kept, and "deeper" the folder skipped.
+  EXPECT_EQ(s[2].id, "sub/again/b");
+  EXPECT_NE(log.find("skipped '" + (dir / "sub/deeper").string() + "': it leads to a folder "
+                     "already scanned"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("skipped '" + (dir / "sub/again/up").string() + "'"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("skipped '" + (dir / "self.mp4").string() + "': Too many levels"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("skipped '" + (dir / "dangling.mp4").string() + "': No such file"),
+            std::string::npos)
+      << log;
+}
+
+TEST(ManifestTest, ReadInputRefusesAnEmptyInput) {
+  testing::TempDir dir;
+  const auto error_for = [&](const std::filesystem::path& manifest,
+                             const std::filesystem::path& folder) {
+    try {
+      read_input(manifest, folder);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::ofstream(dir / "empty.jsonl") << "\n  \n";
+  EXPECT_NE(error_for(dir / "empty.jsonl", {}).find("empty.jsonl\" holds no samples"),
+            std::string::npos);
+  std::ofstream(dir / "header.csv") << "id,video,text\n";
+  EXPECT_NE(error_for(dir / "header.csv", {}).find("holds no samples"), std::string::npos);
+  std::filesystem::create_directories(dir / "media");
+  std::ofstream(dir / "media" / "notes.txt") << "a caption without a clip";
+  std::ofstream(dir / "media" / "x.bin") << "x";
+  const auto f = error_for({}, dir / "media");
+  EXPECT_NE(f.find("holds no video or audio file"), std::string::npos) << f;
+  EXPECT_NE(f.find(".mp4"), std::string::npos) << f;
 }
 
 TEST(ManifestTest, ReadManifestFromFile) {

@@ -119,7 +119,9 @@ int inspect(const InspectOptions& o) {
                                {"category", failure_category_name(f->category)},
                                {"message", f->message}});
     }
-    std::cout << j.dump(2) << "\n";
+    // Ids, paths and failure messages of outputs written before ids were checked (or of paths
+    // that are bytes) may not be UTF-8: shown as U+FFFD rather than failing the whole report.
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::cout << fmt::format("output {}: {} of {} samples in {} shard(s){}, {:.1f} MB, {}\n",
                              dir.string(), covered, index->total_samples, checks.size(),
