@@ -59,14 +59,20 @@ std::string short_hash(const std::string& hex) { return hex.substr(0, 12); }
 std::string input_identity(const std::vector<SampleSpec>& samples, size_t count) {
   PC_ASSERT(count <= samples.size(), "input identity of ", count, " samples of ",
             samples.size());
+  return input_identity(samples, 0, static_cast<int64_t>(count));
+}
+
+std::string input_identity(const std::vector<SampleSpec>& samples, int64_t first,
+                           int64_t count) {
+  if (first < 0 || count < 0 || first + count > static_cast<int64_t>(samples.size())) return "";
   Sha256 hash;
   const auto field = [&](const std::string& text) {
     hash.update(std::to_string(text.size()));
     hash.update(":");
     hash.update(text);
   };
-  for (size_t i = 0; i < count; ++i) {
-    const auto& s = samples[i];
+  for (int64_t i = first; i < first + count; ++i) {
+    const auto& s = samples[static_cast<size_t>(i)];
     field(s.id);
     field(s.video ? "v" + s.video->string() : std::string());
     field(s.audio ? "a" + s.audio->string() : std::string());

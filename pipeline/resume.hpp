@@ -17,6 +17,9 @@ namespace precompute {
 
 // SHA-256 over the first `count` samples of the input: ids, paths and texts, in order.
 std::string input_identity(const std::vector<SampleSpec>& samples, size_t count);
+// The same over the samples [first, first + count), stored in each shard; "" when the range
+// reaches past the input.
+std::string input_identity(const std::vector<SampleSpec>& samples, int64_t first, int64_t count);
 
 // Throws ConfigError listing what changed (settings, encoder files) when `previous` was made
 // with other settings than `current`; `current_semantic_json` is semantic_config_json() of

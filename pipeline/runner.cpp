@@ -242,7 +242,9 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   if (overwrite) {
     folder.remove_previous_run();
   } else {
-    previous = folder.load_previous_run(id_at);
+    previous = folder.load_previous_run(id_at, [&](int64_t first, int64_t count) {
+      return input_identity(samples, first, count);
+    });
     if (previous) {
       check_same_input(*previous, samples, config.output.path);
       check_same_settings(previous->meta, index.meta, semantic_config_json(config),
@@ -328,7 +330,9 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   BatchRouter router(tuned, plan.shards, &stats.learned_max_cost);
   EncodeStage encode(pools, stats);
   ShardCommitter committer(config.output.path, index, stats);
-  ShardAssembler assembler(committer, plan.shards, stats);
+  ShardAssembler assembler(committer, plan.shards, stats, [&](int64_t first, int64_t count) {
+    return input_identity(samples, first, count);
+  });
   for (auto& kept : plan.kept) assembler.preload(std::move(kept));
   stats.started = std::chrono::steady_clock::now();
   {

@@ -102,7 +102,8 @@ int take_lock(const fs::path& dir, int owner_pid) {
 // about itself. Shards that do not open, belong to another run, or hold ids that are not the
 // input's at their positions are deleted.
 std::optional<OutputIndex> rebuild_index(const fs::path& dir, const std::vector<fs::path>& shards,
-                                         const OutputFolder::IdAt& id_at) {
+                                         const OutputFolder::IdAt& id_at,
+                                         const OutputFolder::RangeIdentity& range_identity) {
   std::optional<OutputIndex> index;
   std::set<int64_t> used_indexes;
   for (const auto& file : shards) {
@@ -117,6 +118,11 @@ std::optional<OutputIndex> rebuild_index(const fs::path& dir, const std::vector<
         PC_CHECK(expected && *expected == sample.id, StorageError, "it holds id '", sample.id,
                  "' at position ", sample.seq, ", where the input has ",
                  expected ? "'" + std::string(*expected) + "'" : std::string("nothing"));
+      }
+      if (!c.input_sha256.empty()) {
+        PC_CHECK(c.input_sha256 == range_identity(c.first_seq, c.seq_count), StorageError,
+                 "the input of its positions [", c.first_seq, ", ", c.first_seq + c.seq_count,
+                 ") changed since it was written (an id, path or caption)");
       }
       PC_CHECK(used_indexes.insert(c.shard_index).second, StorageError, "its shard index ",
                c.shard_index, " is used twice");
@@ -276,7 +282,8 @@ std::optional<OutputIndex> OutputFolder::peek_previous_run() const {
   }
 }
 
-std::optional<OutputIndex> OutputFolder::load_previous_run(const IdAt& id_at) const {
+std::optional<OutputIndex> OutputFolder::load_previous_run(
+    const IdAt& id_at, const RangeIdentity& range_identity) const {
   std::vector<fs::path> shards;
   int temps = 0;
   for (const auto& file : list_run_files(dir_)) {
@@ -309,7 +316,7 @@ std::optional<OutputIndex> OutputFolder::load_previous_run(const IdAt& id_at) co
   if (!index) {
     // The damaged index stays until the rebuilt one replaces it: a crash in between loses
     // nothing.
-    index = rebuild_index(dir_, shards, id_at);
+    index = rebuild_index(dir_, shards, id_at, range_identity);
     if (index) {
       write_index(dir_, *index);
     } else if (damaged) {

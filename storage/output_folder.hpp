@@ -55,8 +55,14 @@ class OutputFolder {
   // stored ids match `id_at(seq)` (the input's id at a position; nullopt past its end).
   // std::nullopt when the folder holds no earlier run. Throws StorageError when the folder
   // cannot be read or cleaned.
+  // A shard that records the identity of its input range (ShardContents::input_sha256) must
+  // also match `range_identity(first_seq, seq_count)`, so that a rebuilt index never keeps a
+  // shard of a caption or path edited since; a bit flipped in its data fails HDF5's checksum as
+  // the shard is read, and the shard is redone too.
   using IdAt = std::function<std::optional<std::string_view>(int64_t seq)>;
-  std::optional<OutputIndex> load_previous_run(const IdAt& id_at) const;
+  using RangeIdentity = std::function<std::string(int64_t first_seq, int64_t seq_count)>;
+  std::optional<OutputIndex> load_previous_run(const IdAt& id_at,
+                                               const RangeIdentity& range_identity) const;
 
   // The earlier run's index as it is on disk, for the checks that may refuse this run before
   // the folder is changed in any way; std::nullopt when there is none or it is damaged.

@@ -50,6 +50,9 @@ struct ShardContents {
   int64_t shard_index = 0;
   int64_t first_seq = 0;
   int64_t seq_count = 0;
+  // input_identity() (pipeline/resume.hpp) of the input samples of this range; empty in shards
+  // written by versions before it was stored.
+  std::string input_sha256;
   std::vector<ShardSample> samples;     // ascending seq; samples with no embedding are absent
   std::vector<FailureRecord> failures;  // ascending seq, then modality
 };

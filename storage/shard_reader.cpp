@@ -167,6 +167,9 @@ void ShardFileReader::read_root_attributes(ShardFile& shard) {
   contents.shard_index = read_int64_attribute("/", schema::kShardIndexAttr);
   contents.first_seq = read_int64_attribute("/", schema::kFirstSeqAttr);
   contents.seq_count = read_int64_attribute("/", schema::kSeqCountAttr);
+  if (h5_check(H5Aexists(h5_file_.get(), schema::kInputSha256Attr), "H5Aexists", file_) > 0) {
+    contents.input_sha256 = read_string_attribute("/", schema::kInputSha256Attr);
+  }
   if (contents.shard_index < 0 || contents.first_seq < 0 || contents.seq_count < 0) {
     damaged("negative shard_index, first_seq or seq_count");
   }

@@ -25,6 +25,9 @@ inline constexpr char kStorageDtypeAttr[] = "storage_dtype";
 inline constexpr char kShardIndexAttr[] = "shard_index";
 inline constexpr char kFirstSeqAttr[] = "first_seq";
 inline constexpr char kSeqCountAttr[] = "seq_count";
+// SHA-256 of the input samples of the shard's range (ids, paths, captions), so that an index
+// rebuilt from the shards can tell a shard of an edited input (absent in older shards).
+inline constexpr char kInputSha256Attr[] = "input_sha256";
 
 // Datasets of the root group: one row per sample that has at least one embedding.
 inline constexpr char kIdsDataset[] = "ids";

@@ -316,6 +316,9 @@ void ShardImageBuilder::write_root(const Group& root, const ShardContents& conte
   write_attribute(root, schema::kShardIndexAttr, contents.shard_index);
   write_attribute(root, schema::kFirstSeqAttr, contents.first_seq);
   write_attribute(root, schema::kSeqCountAttr, contents.seq_count);
+  if (!contents.input_sha256.empty()) {
+    write_attribute(root, schema::kInputSha256Attr, contents.input_sha256);
+  }
 
   std::vector<std::string> ids;
   std::vector<int64_t> seqs;
@@ -458,6 +461,14 @@ void ShardImageBuilder::write_dataset(const Group& group, const char* name,
       h5_own(H5Screate_simple(rank, shape.data(), max_shape.data()), operation, target_);
   H5Handle properties = object_creation_properties(H5P_DATASET_CREATE, "dataset");
   h5_check(H5Pset_chunk(properties.get(), rank, chunk.data()), operation, target_);
+  // A checksum per chunk, verified by HDF5 on every read: a bit flipped in stored data fails the
+  // read instead of giving a wrong vector, which matters where nothing else checks the file (an
+  // index rebuilt from the shards; a trainer reading a shard copied elsewhere).
+  // (HDF5 filters only fixed-size types: variable-length strings, the ids and failure records,
+  // live in the global heap; ids are checked against the input instead.)
+  const bool variable_length =
+      H5Tget_class(file_type) == H5T_VLEN || H5Tis_variable_str(file_type) > 0;
+  if (!variable_length) h5_check(H5Pset_fletcher32(properties.get()), operation, target_);
   H5Handle dataset = h5_own(H5Dcreate2(group.handle.get(), name, file_type, space.get(),
                                        H5P_DEFAULT, properties.get(), H5P_DEFAULT),
                             operation, target_);

@@ -1,6 +1,7 @@
 #include "pipeline/stages/shard_assembler.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/run_stats.hpp"
@@ -16,8 +17,11 @@ namespace precompute {
 // input.
 
 ShardAssembler::ShardAssembler(ShardCommitter& committer, const ShardPlan& plan,
-                               RunStats& stats)
-    : committer_(&committer), plan_(&plan), stats_(&stats) {}
+                               RunStats& stats, RangeIdentity range_identity)
+    : committer_(&committer),
+      plan_(&plan),
+      stats_(&stats),
+      range_identity_(std::move(range_identity)) {}
 
 int64_t ShardAssembler::add(const WriterMessage& message) {
   if (const auto* outline = std::get_if<SampleOutline>(&message)) return add_outline(*outline);
@@ -98,6 +102,9 @@ int64_t ShardAssembler::complete_if_ready(int64_t seq) {
 void ShardAssembler::submit_shard(int64_t shard_index) {
   auto node = open_shards_.extract(shard_index);
   auto& contents = node.mapped().contents;
+  if (range_identity_) {
+    contents.input_sha256 = range_identity_(contents.first_seq, contents.seq_count);
+  }
   std::sort(contents.samples.begin(), contents.samples.end(),
             [](const ShardSample& a, const ShardSample& b) { return a.seq < b.seq; });
   std::stable_sort(contents.failures.begin(), contents.failures.end(),

@@ -5,7 +5,9 @@
 // shard_assembler.cpp). Not thread-safe: it runs in the graph's one serial writer node.
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -19,9 +21,13 @@ struct RunStats;
 
 class ShardAssembler {
  public:
-  // Each range of `plan` becomes one shard, handed to `committer` once complete. `plan` must
-  // outlive the assembler.
-  ShardAssembler(ShardCommitter& committer, const ShardPlan& plan, RunStats& stats);
+  // The identity of the input samples of a range (ShardContents::input_sha256).
+  using RangeIdentity = std::function<std::string(int64_t first_seq, int64_t seq_count)>;
+
+  // Each range of `plan` becomes one shard, handed to `committer` once complete, with the
+  // identity of its input when `range_identity` is given. `plan` must outlive the assembler.
+  ShardAssembler(ShardCommitter& committer, const ShardPlan& plan, RunStats& stats,
+                 RangeIdentity range_identity = {});
 
   // Each returns the number of samples the message completed (the in-flight limit is lowered by
   // that much).
@@ -59,6 +65,7 @@ class ShardAssembler {
   ShardCommitter* committer_;
   const ShardPlan* plan_;
   RunStats* stats_;
+  RangeIdentity range_identity_;
   std::unordered_map<int64_t, PendingSample> pending_;
   std::map<int64_t, OpenShard> open_shards_;
 };

@@ -18,7 +18,7 @@ import pytest
 from conftest import colour_clip, write_manifest
 from test_resume import (  # noqa: F401  (fixtures)
     SHARD_SIZE, assert_media_failed, assert_same_output, committed_shards, dataset, lock_holder,
-    oracle, poll, precompute)
+    oracle, poll, precompute, snapshot)
 
 
 def read_failures(out: Path):
@@ -265,4 +265,45 @@ def test_a_stop_longer_than_the_sample_timeout_is_not_a_timeout(precompute, orac
         stderr = job.stderr()
     assert code == 0, stderr[-3000:]
     assert "its watchdog ended it" not in stderr and "the run died" not in stderr
+    assert_same_output(out, oracle.snap, dataset.ids)
+
+
+# --------------------------------------------------------------------------------------------
+# An index rebuilt from the shards verifies them against the input and their own checksums
+
+
+def test_rebuilt_index_drops_a_shard_whose_caption_changed(precompute, oracle, dataset, tmp_path):
+    """Before, with index.json deleted, the rebuild checked ids only: a caption edited since was
+    kept with its old embedding. Each shard now stores the SHA-256 of its input range."""
+    out = tmp_path / "out"
+    precompute.run(out)
+    (out / "index.json").unlink()
+    entries = [dict(e) for e in dataset.entries]
+    entries[5]["text"] = "an edited caption"  # c05, in shard 1 (positions 3-5)
+    manifest = write_manifest(tmp_path / "edited.jsonl", entries)
+    config = dataset.variant(tmp_path, "edited",
+                             lambda c: c["input"].update(manifest=str(manifest)))
+    r = precompute.run(out, config=config)
+    assert "the input of its positions [3, 6) changed since it was written" in r.stderr
+    assert f"{24 - SHARD_SIZE} of 24 samples are in committed shards" in r.stderr
+    fresh = tmp_path / "fresh"
+    precompute.run(fresh, config=config)
+    assert_same_output(out, snapshot(fresh), dataset.ids)
+
+
+def test_rebuilt_index_drops_a_shard_with_a_flipped_bit(precompute, oracle, dataset, tmp_path):
+    """A bit flipped in a shard's stored vectors, then index.json deleted: the rebuild reads the
+    shard, HDF5's Fletcher-32 checksum fails, and the shard is redone (before, it was kept with
+    the wrong vector)."""
+    out = tmp_path / "out"
+    precompute.run(out)
+    shard = out / "shard-000002.h5"
+    with h5py.File(shard) as f:
+        info = f["video/values"].id.get_chunk_info(0)
+    data = bytearray(shard.read_bytes())
+    data[info.byte_offset + 1] ^= 0x10
+    shard.write_bytes(bytes(data))
+    (out / "index.json").unlink()
+    r = precompute.run(out)
+    assert "shard-000002.h5 cannot be used to rebuild the index" in r.stderr, r.stderr[-3000:]
     assert_same_output(out, oracle.snap, dataset.ids)
