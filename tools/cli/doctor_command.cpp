@@ -191,7 +191,8 @@ int doctor(const DoctorOptions& o) {
                  "and needs none of the encoders' weights or activations"}};
 
   if (o.json) {
-    std::cout << report.dump(2) << "\n";
+    // Paths may hold bytes that are not UTF-8; JSON shows them as U+FFFD.
+    std::cout << report.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   for (const auto& j : encoders) {
@@ -262,7 +263,9 @@ CommandFn add_doctor_command(CLI::App& app) {
                   "Budget per GPU: a size (8GiB) or a fraction of the card (0.8)");
   cmd->add_option("--max-batch", o->max_batch, "Largest batch to try (default: up to the "
                   "budget on a GPU, the config's batch size on the CPU)")
-      ->check(CLI::PositiveNumber);
+      // Batches double from 1: past 2^30 the doubling would overflow an int. 65536 is the
+      // largest batch_size a config may set.
+      ->check(CLI::Range(1, 65536));
   cmd->add_flag("--json", o->json, "Print JSON");
   return [o]() { return doctor(*o); };
 }
