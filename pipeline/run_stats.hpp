@@ -26,6 +26,12 @@ struct RunStats {
   std::atomic<int64_t> invalid_utf8_texts{0};
   std::atomic<int64_t> batch_retries{0};   // failed batches retried sample by sample
   std::atomic<int64_t> oom_splits{0};      // batches split in two after running out of memory
+  // Video decoding work (Note [Seeking to what is sampled] in pipeline/media/video_decoder.cpp).
+  std::atomic<int64_t> video_clips{0};           // clips decoded
+  std::atomic<int64_t> video_decoded_frames{0};  // frames out of the decoders
+  std::atomic<int64_t> video_kept_frames{0};     // frames sampled from them
+  std::atomic<int64_t> video_seeks{0};
+  std::atomic<int64_t> video_seeks_undone{0};
   // Per modality: the batch cost limit learnt from out-of-memory errors (0: none yet).
   std::array<std::atomic<int64_t>, kNumModalities> learned_max_cost{};
   std::array<std::atomic<int64_t>, kNumModalities> embedded{};        // per modality

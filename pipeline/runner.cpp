@@ -372,6 +372,11 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   summary.failure_records = stats.failure_records;
   summary.repaired_texts = stats.invalid_utf8_texts;
   summary.oom_splits = stats.oom_splits;
+  summary.video_clips = stats.video_clips;
+  summary.video_decoded_frames = stats.video_decoded_frames;
+  summary.video_kept_frames = stats.video_kept_frames;
+  summary.video_seeks = stats.video_seeks;
+  summary.video_seeks_undone = stats.video_seeks_undone;
   summary.peak_decoded_bytes = host_budget.peak_bytes();
   summary.shards = stats.shards_written;
   summary.bytes_written = stats.bytes_written;
@@ -420,6 +425,17 @@ std::string format_summary(const RunSummary& s) {
       s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
       static_cast<double>(s.peak_rss_bytes) / 1e6,
       static_cast<double>(s.peak_decoded_bytes) / 1e6);
+  if (s.video_clips > 0) {
+    out += fmt::format("; video decoding: {} frames decoded for {} kept ({:.1f} per clip), {} "
+                       "seek(s) to keyframes",
+                       s.video_decoded_frames, s.video_kept_frames,
+                       static_cast<double>(s.video_decoded_frames) /
+                           static_cast<double>(s.video_clips),
+                       s.video_seeks);
+    if (s.video_seeks_undone > 0) {
+      out += fmt::format(" ({} undone: keyframe later than the index said)", s.video_seeks_undone);
+    }
+  }
   if (s.oom_splits > 0) {
     out += fmt::format("; {} batch(es) split after running out of device memory", s.oom_splits);
   }

@@ -23,6 +23,11 @@ struct RunSummary {
   int64_t output_failed_samples = 0;  // samples with failure records in the whole output
   int64_t failure_records = 0;
   int64_t repaired_texts = 0;
+  int64_t video_clips = 0;           // decoded by this run
+  int64_t video_decoded_frames = 0;  // frames out of the decoders for them
+  int64_t video_kept_frames = 0;     // frames sampled from them
+  int64_t video_seeks = 0;
+  int64_t video_seeks_undone = 0;
   int64_t oom_splits = 0;      // batches split after running out of device memory  // captions whose invalid UTF-8 was replaced (still embedded)
   std::array<int64_t, kNumModalities> embedded{};
   std::map<std::string, int64_t> failures_by_category;

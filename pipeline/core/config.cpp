@@ -385,7 +385,7 @@ void read_video(const Node& n, const std::filesystem::path& base, VideoSection& 
   check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize", "sampling",
                  "size", "resize", "mean", "std", "layout", "max_batch_frames", "max_duration_s",
                  "max_frames", "decoder_threads", "max_pixels", "max_decoded_frames",
-                 "autorotate"});
+                 "autorotate", "seek"});
   read_encoder_section(n, base, v);
   if (n.has("sampling")) {
     const Node s = n.child("sampling");
@@ -430,6 +430,7 @@ void read_video(const Node& n, const std::filesystem::path& base, VideoSection& 
     v.max_decoded_frames = read_int64(n.child("max_decoded_frames"));
   }
   if (n.has("autorotate")) v.autorotate = read_bool(n.child("autorotate"));
+  if (n.has("seek")) v.seek = read_bool(n.child("seek"));
 }
 
 void read_audio(const Node& n, const std::filesystem::path& base, AudioSection& a) {
@@ -890,6 +891,7 @@ nlohmann::json config_json(const Config& c, bool semantic) {
       e["max_frames"] = v.max_frames;
       e["max_pixels"] = v.max_pixels;
       e["max_decoded_frames"] = v.max_decoded_frames;
+      e["seek"] = v.seek;  // the same frames either way: not part of the fingerprint
     }
     j["video"] = e;
   }

@@ -40,6 +40,9 @@ struct VideoFrames {
   int source_width = 0;             // the coded picture size, for records
   int source_height = 0;
   double duration_s = 0.0;
+  int64_t decoded_frames = 0;  // frames out of the decoder (seeking skips the others)
+  int64_t seeks = 0;           // seeks to a keyframe near a target
+  int64_t seeks_undone = 0;    // seeks that landed wrong and were undone (decoded from the start)
 
   size_t bytes() const { return rgb.size() + timestamps.size() * sizeof(double); }
 };

@@ -458,7 +458,8 @@ double sample_clock_seconds(const AVFormatContext* format, const AVStream* strea
 
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
                       const FrameSink& sink, const Deadline& deadline,
-                      const std::filesystem::path& file) {
+                      const std::filesystem::path& file, const BeforeRead& before_read) {
+  int64_t last_dts = AV_NOPTS_VALUE;
   PacketPtr packet = make_packet();
   FramePtr frame = make_frame();
   int64_t frames = 0;
@@ -493,6 +494,7 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
 
   while (true) {
     deadline.check(file, "decoding");
+    if (before_read) before_read(last_dts);
     const int read = av_read_frame(format, packet.get());
     const PacketUnref unref(packet.get());
     // Reads fail once the deadline passes, and a demuxer may report that as the end of the
@@ -505,6 +507,7 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
       break;
     }
     if (packet->stream_index != stream->index) continue;
+    if (packet->dts != AV_NOPTS_VALUE) last_dts = packet->dts;
     // Every packet is followed by receiving all the frames it made, so the decoder never answers
     // EAGAIN here; other errors are a corrupt packet, skipped.
     const int sent = avcodec_send_packet(codec, packet.get());

@@ -169,6 +169,12 @@ double sample_clock_seconds(const AVFormatContext* format, const AVStream* strea
 // stops decoding.
 using FrameSink = std::function<bool(AVFrame* frame)>;
 
+// Called before each packet is read, with the decode timestamp of the last packet of the stream
+// read so far (AV_NOPTS_VALUE before the first): the caller may seek the demuxer there (and must
+// then flush the decoder) to skip what it does not need (Note [Seeking to what is sampled] in
+// video_decoder.cpp).
+using BeforeRead = std::function<void(int64_t last_dts)>;
+
 // Runs FFmpeg's send/receive state machine over `stream` from the current read position to the
 // end (or until `sink` returns false). Corrupt packets and read errors in the middle are
 // tolerated, counted and logged at debug level; when not a single frame could be decoded it
@@ -176,6 +182,6 @@ using FrameSink = std::function<bool(AVFrame* frame)>;
 // `deadline` has passed. Returns the number of frames given to `sink`.
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
                       const FrameSink& sink, const Deadline& deadline,
-                      const std::filesystem::path& file);
+                      const std::filesystem::path& file, const BeforeRead& before_read = {});
 
 }  // namespace precompute::ffmpeg

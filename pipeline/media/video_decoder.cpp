@@ -9,6 +9,7 @@ extern "C" {
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "pipeline/core/error.hpp"
@@ -42,6 +43,26 @@ using ffmpeg::SwsContextPtr;
 // t_k, on the sample clock (Note [Sample clock] in ffmpeg_common.hpp). Decoding stops as soon
 // as a frame lies past the last target, which also bounds the work when a header understates
 // the duration.
+
+// Note [Seeking to what is sampled]
+// Decoding every frame to keep a few costs nearly as much for 4 frames of a clip as for all of
+// them. When the next target lies past a keyframe that the demuxer has not reached yet, we seek
+// there (the container's index: MP4, MKV/WebM cues; files without one are decoded forward) and
+// flush the decoder, so the frames in between are never read. Frame-exactness is the rule: the
+// frames kept must be the ones a full decode keeps, bit for bit, timestamps included.
+// - Whether to seek is decided on the index: a keyframe at or before target - reorder margin
+//   (index times are decode times in MP4, and a frame shows at most the decoder's reorder depth,
+//   video_delay, after its decode time) that lies past the last packet read. The seek itself
+//   asks the demuxer for the last keyframe at or before target - margin (a pts).
+// - After a seek, frames are dropped until a keyframe comes out (an open GOP's leading pictures
+//   reference the previous GOP and would differ from a full decode); its pts must be at most the
+//   target and past the previous frame kept. Otherwise, or when a non-key frame past the target
+//   comes first, or the file ends first, the seek is undone: back to the start, seeking off,
+//   frames up to the last one kept dropped, and decoding goes on as a full decode would.
+// - Only forward, and only past the last packet read: decoding on is cheaper than re-reading.
+// The decoder's output after a flush is the same as from a fresh start at that keyframe, which
+// the frame-exactness tests check against a full decode for many GOP structures and containers
+// (tests/unit/video_decoder_test.cpp, "Seek").
 
 // Target times t_k, in ticks of the stream's time base from its start.
 std::vector<int64_t> sample_offsets(int64_t duration, AVRational time_base,
@@ -339,6 +360,7 @@ VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSe
   options.timeout_s = run.sample_timeout_s;
   options.max_file_bytes = run.max_file_bytes;
   options.autorotate = section.autorotate;
+  options.seek = section.seek;
   return options;
 }
 
@@ -410,6 +432,27 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   int64_t next = 0;               // the next target to fill
   int64_t decoded = 0;            // frames out of the decoder, for video.max_decoded_frames
 
+  // Note [Seeking to what is sampled].
+  AVStream* seekable = input.format()->streams[stream->index];
+  bool start_seek_failed = false;  // the demuxer could not even seek to the start
+  if (options.seek && avformat_index_get_entries_count(seekable) <= 1 &&
+      std::string_view(input.format()->iformat->name).find("matroska") != std::string_view::npos) {
+    // Matroska reads its cues (the index) on the first seek; seeking to the start loads them
+    // and leaves the demuxer where it was. (Other demuxers without an index, MPEG-TS among
+    // them, seek by searching timestamps, which may not land on the first frame.)
+    const int64_t at = stream->start_time != AV_NOPTS_VALUE ? stream->start_time : 0;
+    if (av_seek_frame(input.format(), stream->index, at, AVSEEK_FLAG_BACKWARD) < 0) {
+      start_seek_failed = true;
+    }
+  }
+  bool seeking = options.seek && !start_seek_failed &&
+                 avformat_index_get_entries_count(seekable) > 1;
+  const int64_t reorder_margin = int64_t{stream->codecpar->video_delay + 1} * frame_period;
+  bool awaiting_key = false;     // a seek was made; frames until a keyframe are dropped
+  bool undo_pending = false;     // the seek must be undone before the next read
+  int64_t seek_target = 0;       // pts of the target the seek was for
+  int64_t replay_until = AV_NOPTS_VALUE;  // after an undo: frames up to this pts were seen
+
   // Fills the next slot with `frame`, decoded as number `number` at `pts`.
   const auto fill = [&](const AVFrame& frame, int64_t number, int64_t pts) {
     uint8_t* slot = out.rgb.data() + frame_bytes * next;
@@ -421,6 +464,53 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     }
     out.timestamps[next] = ffmpeg::sample_clock_seconds(input.format(), stream, pts, start);
     ++next;
+  };
+
+  const auto before_read = [&](int64_t last_dts) {
+    if (undo_pending) {
+      undo_pending = false;
+      awaiting_key = false;
+      seeking = false;
+      replay_until = previous_pts;
+      ++out.seeks_undone;
+      // The first index entry is the first packet; the stream's start may lie before it.
+      const AVIndexEntry* first = avformat_index_get_entry(seekable, 0);
+      const int64_t to = first != nullptr ? std::min(start, first->timestamp) : start;
+      const int back = av_seek_frame(input.format(), stream->index, to, AVSEEK_FLAG_BACKWARD);
+      PC_MEDIA_CHECK(back >= 0, FailureCategory::kDecodeError, file.string(),
+                     ": cannot go back to the start after a seek (av_seek_frame): ",
+                     ffmpeg::error_text(back));
+      avcodec_flush_buffers(codec.get());
+      return;
+    }
+    if (!seeking || awaiting_key || next >= count || start == AV_NOPTS_VALUE ||
+        last_dts == AV_NOPTS_VALUE) {
+      return;
+    }
+    const int64_t target = start + offsets[next];
+    // Index times are decode times in MP4 (the first one lies before the stream's start by the
+    // reorder delay) and presentation times in Matroska; the first entry tells which.
+    const AVIndexEntry* first = avformat_index_get_entry(seekable, 0);
+    const int64_t index_shift = first != nullptr ? std::max<int64_t>(0, start - first->timestamp) : 0;
+    const int found = av_index_search_timestamp(seekable, target - index_shift - reorder_margin,
+                                                AVSEEK_FLAG_BACKWARD);
+    if (found < 0) return;
+    const AVIndexEntry* entry = avformat_index_get_entry(seekable, found);
+    if (entry == nullptr || !(entry->flags & AVINDEX_KEYFRAME) || entry->timestamp <= last_dts) {
+      return;
+    }
+    // av_seek_frame takes a pts, which MP4's demuxer turns back into a decode time: the entry's
+    // time plus the shift lands on that entry (or, were the shift overestimated, on an earlier
+    // keyframe, which costs frames, never exactness).
+    if (av_seek_frame(input.format(), stream->index, entry->timestamp + index_shift,
+                      AVSEEK_FLAG_BACKWARD) < 0) {
+      seeking = false;  // the demuxer cannot: decode forward from where it is
+      return;
+    }
+    avcodec_flush_buffers(codec.get());
+    awaiting_key = true;
+    seek_target = target;
+    ++out.seeks;
   };
 
   const auto sink = [&](AVFrame* frame) -> bool {
@@ -436,6 +526,22 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       pts = previous_pts == AV_NOPTS_VALUE ? 0 : previous_pts + frame_period;
     }
     if (start == AV_NOPTS_VALUE) start = pts;
+    if (undo_pending) return true;
+    if (awaiting_key) {
+      if (!frame->key_frame) {
+        if (pts > seek_target) undo_pending = true;  // no keyframe where the index said
+        return true;
+      }
+      awaiting_key = false;
+      if (pts > seek_target || (previous_pts != AV_NOPTS_VALUE && pts <= previous_pts)) {
+        undo_pending = true;
+        return true;
+      }
+    }
+    if (replay_until != AV_NOPTS_VALUE) {
+      if (pts <= replay_until) return true;  // seen before the seek was undone
+      replay_until = AV_NOPTS_VALUE;
+    }
     const int64_t number = frame_number + 1;
     // Targets before this frame show the previous frame, or this one when it is the first.
     while (next < count && start + offsets[next] < pts) {
@@ -452,7 +558,14 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     frame_number = number;
     return true;
   };
-  ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file);
+  ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file, before_read);
+  if ((awaiting_key || undo_pending) && next < count) {
+    // The file ended before the keyframe a seek was for: undo it and decode on from the start.
+    undo_pending = true;
+    before_read(AV_NOPTS_VALUE);
+    ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file, before_read);
+  }
+  out.decoded_frames = decoded;
 
   // Targets past the last frame show the last frame.
   while (next < count) fill(*previous, frame_number, previous_pts);

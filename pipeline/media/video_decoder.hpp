@@ -27,6 +27,8 @@ struct VideoDecodeOptions {
   double timeout_s = 600.0;              // the whole decode of the file, at most: kTimeout
   int64_t max_file_bytes = 64LL << 30;   // larger files: kTooLarge
   bool autorotate = true;  // frames in display orientation (the stream's display matrix)
+  bool seek = true;        // skip to keyframes near the targets (Note [Seeking to what is
+                           // sampled] in video_decoder.cpp); false: decode every frame
 };
 
 // The options of `section`, with the per-file limits of `run`.

@@ -106,6 +106,14 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
   if (s.video && spec.video) {
     prepare_one(spec, Modality::kVideo, *out,
                 [&] { out->video = decode_video(*spec.video, s.video_options); });
+    if (out->video) {
+      const auto relaxed = std::memory_order_relaxed;
+      stats_->video_clips.fetch_add(1, relaxed);
+      stats_->video_decoded_frames.fetch_add(out->video->decoded_frames, relaxed);
+      stats_->video_kept_frames.fetch_add(out->video->num_frames, relaxed);
+      stats_->video_seeks.fetch_add(out->video->seeks, relaxed);
+      stats_->video_seeks_undone.fetch_add(out->video->seeks_undone, relaxed);
+    }
   }
   // A sample without its own audio file uses its video's audio track.
   const auto& audio_path = spec.audio ? spec.audio : spec.video;

@@ -79,6 +79,11 @@ def test_mixed_dataset_every_id_once_with_right_failures(binary, probes, minilm_
     out = tmp_path / "out"
     result = run_precompute(binary, tmp_path, config(probes, minilm_folder, manifest, out))
     assert "failures by category" in result.stderr
+    import re
+    decoding = re.search(r"video decoding: (\d+) frames decoded for (\d+) kept \((\S+) per clip\)",
+                         result.stderr)
+    assert decoding, result.stderr[-2000:]
+    assert int(decoding.group(1)) >= int(decoding.group(2)) > 0
     output = read_output(out)
     failures = failures_by_id(output)
 

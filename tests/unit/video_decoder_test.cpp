@@ -631,6 +631,7 @@ TEST(VideoDecoder, DecodingOverMaxDecodedFramesIsTooLong) {
   make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
   // The last target is at 3.5 s: frames are decoded up to the first one past it, the 89th.
   VideoDecodeOptions options = fps_options(1.0);
+  options.seek = false;  // every frame through the decoder (each colour change is a keyframe)
   options.max_decoded_frames = 80;
   const Outcome outcome = outcome_of(clip, options);
   EXPECT_EQ(outcome.category, "too_long");
@@ -1018,6 +1019,7 @@ TEST(VideoDecoder, OptionsCopyTheConfigSection) {
   section.max_pixels = 1234;
   section.max_decoded_frames = 567;
   section.autorotate = false;
+  section.seek = false;
   RunSection run;
   run.sample_timeout_s = 8.5;
   run.max_file_bytes = 999;
@@ -1036,6 +1038,103 @@ TEST(VideoDecoder, OptionsCopyTheConfigSection) {
   EXPECT_EQ(options.max_file_bytes, 999);
   EXPECT_FALSE(options.autorotate);
   EXPECT_TRUE(video_decode_options(VideoSection{}, run).autorotate);
+  EXPECT_FALSE(options.seek);
+  EXPECT_TRUE(video_decode_options(VideoSection{}, run).seek);
+}
+
+// Note [Seeking to what is sampled]: the frames kept with seeking are bit for bit those of a
+// full decode, timestamps included, for every GOP structure and container below; and where the
+// container has an index and keyframes lie between targets, seeking does happen and decodes
+// fewer frames.
+struct SeekCase {
+  const char* name;
+  const char* file;       // its extension picks the container
+  const char* encode;     // ffmpeg output options
+  bool indexed;           // the container has an index that seeking can use
+  bool may_undo = false;  // keyframes may show later than the index says (VFR gaps in MP4:
+                          // decode times run on through a gap in presentation times)
+};
+
+class VideoDecoderSeek : public ::testing::TestWithParam<SeekCase> {};
+
+// 12 s of a moving test pattern with a frame counter, so that every frame differs.
+constexpr const char* kMovingPattern = "-f lavfi -i testsrc2=s=160x120:r=25:d=12";
+
+TEST_P(VideoDecoderSeek, KeepsTheFramesOfAFullDecode) {
+  const SeekCase& c = GetParam();
+  TempDir dir;
+  const auto clip = dir / c.file;
+  run_ffmpeg(std::string(kMovingPattern) + " " + c.encode + " " + quoted(clip));
+  int64_t seeks = 0;
+  for (const VideoDecodeOptions& sampling :
+       {num_frames_options(4, 48), fps_options(0.5, 48), fps_options(3.0, 48),
+        num_frames_options(1, 48)}) {
+    VideoDecodeOptions full = sampling;
+    full.seek = false;
+    const VideoFrames expected = decode_video(clip, full);
+    const VideoFrames got = decode_video(clip, sampling);
+    ASSERT_EQ(got.num_frames, expected.num_frames) << c.name;
+    EXPECT_EQ(got.timestamps, expected.timestamps) << c.name << " fps " << sampling.fps
+                                                   << " num_frames " << sampling.num_frames;
+    EXPECT_TRUE(got.rgb == expected.rgb) << c.name << " fps " << sampling.fps << " num_frames "
+                                         << sampling.num_frames << ": pixels differ";
+    if (!c.may_undo) {
+      EXPECT_EQ(got.seeks_undone, 0) << c.name << ": a seek landed past its target";
+      EXPECT_LE(got.decoded_frames, expected.decoded_frames) << c.name;
+    }
+    seeks += got.seeks;
+  }
+  if (c.indexed) {
+    EXPECT_GT(seeks, 0) << c.name << ": seeking never happened, so nothing was tested";
+  } else {
+    EXPECT_EQ(seeks, 0) << c.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GopStructures, VideoDecoderSeek,
+    ::testing::Values(
+        SeekCase{"h264_fixed_gop", "fixed.mp4",
+                 "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=25:min-keyint=25:scenecut=0",
+                 true},
+        SeekCase{"h264_bpyramid", "pyramid.mp4",
+                 "-c:v libx264 -pix_fmt yuv420p -x264-params "
+                 "keyint=30:bframes=3:b-pyramid=normal:b-adapt=2",
+                 true},
+        SeekCase{"h264_open_gop", "open.mp4",
+                 "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=30:bframes=3:open-gop=1",
+                 true},
+        SeekCase{"h264_no_bframes", "nob.mp4",
+                 "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=20:bframes=0", true},
+        SeekCase{"h264_vfr", "vfr.mp4",
+                 "-vf \"setpts=N/25/TB+gte(N\\,100)*1.6/TB\" -fps_mode vfr -c:v libx264 "
+                 "-pix_fmt yuv420p -x264-params keyint=25:bframes=2",
+                 true, /*may_undo=*/true},
+        SeekCase{"mpeg4_part2", "part2.mp4", "-c:v mpeg4 -g 25 -bf 2 -q:v 4", true},
+        SeekCase{"vp9_webm", "vp9.webm",
+                 "-c:v libvpx-vp9 -g 25 -deadline realtime -cpu-used 8 -b:v 300k", true},
+        SeekCase{"hevc_mkv", "hevc.mkv",
+                 "-c:v libx265 -x265-params keyint=25:bframes=3:log-level=error", true},
+        SeekCase{"h264_mpegts", "clip.ts",
+                 "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=25:bframes=3", false}),
+    [](const ::testing::TestParamInfo<SeekCase>& info) { return std::string(info.param.name); });
+
+TEST(VideoDecoderSeek, SparseSamplingOfALongGopDecodesFewerFrames) {
+  TempDir dir;
+  const auto clip = dir / "long.mp4";
+  run_ffmpeg(std::string(kMovingPattern) +
+             " -c:v libx264 -pix_fmt yuv420p -x264-params keyint=25:min-keyint=25:scenecut=0 " +
+             quoted(clip));
+  VideoDecodeOptions full = num_frames_options(4, 48);
+  full.seek = false;
+  const VideoFrames all = decode_video(clip, full);
+  const VideoFrames sought = decode_video(clip, num_frames_options(4, 48));
+  EXPECT_TRUE(sought.rgb == all.rgb);
+  // The last target, 10.5 s in, needs frames up to about 263 of 300 without seeking; with
+  // keyframes every second each target needs at most a second of frames.
+  EXPECT_GT(all.decoded_frames, 250);
+  EXPECT_LT(sought.decoded_frames, 4 * 26 + 8);
+  EXPECT_GE(sought.seeks, 3);
 }
 
 }  // namespace
