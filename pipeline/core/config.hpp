@@ -93,7 +93,7 @@ struct VideoSection : EncoderSection {
   int64_t max_pixels = 8192LL * 8192;  // coded width x height above this: category too_large
   int64_t max_decoded_frames = 1000000;  // frames through the decoder per sample: too_long
   bool autorotate = true;          // apply the stream's display matrix (rotation, flips)
-  bool seek = true;                // skip to keyframes near the sampled times (same frames)
+  bool seek = true;                // seek to keyframes and drop frames nobody keeps (same frames)
 };
 
 struct AudioSection : EncoderSection {

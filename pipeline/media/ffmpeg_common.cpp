@@ -458,7 +458,8 @@ double sample_clock_seconds(const AVFormatContext* format, const AVStream* strea
 
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
                       const FrameSink& sink, const Deadline& deadline,
-                      const std::filesystem::path& file, const BeforeRead& before_read) {
+                      const std::filesystem::path& file, const BeforeRead& before_read,
+                      const BeforeSend& before_send) {
   int64_t last_dts = AV_NOPTS_VALUE;
   PacketPtr packet = make_packet();
   FramePtr frame = make_frame();
@@ -508,6 +509,7 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
     }
     if (packet->stream_index != stream->index) continue;
     if (packet->dts != AV_NOPTS_VALUE) last_dts = packet->dts;
+    if (before_send) before_send(*packet);
     // Every packet is followed by receiving all the frames it made, so the decoder never answers
     // EAGAIN here; other errors are a corrupt packet, skipped.
     const int sent = avcodec_send_packet(codec, packet.get());

@@ -175,6 +175,10 @@ using FrameSink = std::function<bool(AVFrame* frame)>;
 // video_decoder.cpp).
 using BeforeRead = std::function<void(int64_t last_dts)>;
 
+// Called with each packet of the stream before it goes to the decoder: the caller may set the
+// decoder's skip_frame for it (Note [Skipping frames nobody keeps] in video_decoder.cpp).
+using BeforeSend = std::function<void(const AVPacket& packet)>;
+
 // Runs FFmpeg's send/receive state machine over `stream` from the current read position to the
 // end (or until `sink` returns false). Corrupt packets and read errors in the middle are
 // tolerated, counted and logged at debug level; when not a single frame could be decoded it
@@ -182,6 +186,7 @@ using BeforeRead = std::function<void(int64_t last_dts)>;
 // `deadline` has passed. Returns the number of frames given to `sink`.
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
                       const FrameSink& sink, const Deadline& deadline,
-                      const std::filesystem::path& file, const BeforeRead& before_read = {});
+                      const std::filesystem::path& file, const BeforeRead& before_read = {},
+                      const BeforeSend& before_send = {});
 
 }  // namespace precompute::ffmpeg

@@ -9,6 +9,7 @@ extern "C" {
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -63,6 +64,18 @@ using ffmpeg::SwsContextPtr;
 // The decoder's output after a flush is the same as from a fresh start at that keyframe, which
 // the frame-exactness tests check against a full decode for many GOP structures and containers
 // (tests/unit/video_decoder_test.cpp, "Seek").
+
+// Note [Skipping frames nobody keeps]
+// Between keyframes, the decoder can drop non-reference frames (B-frames, mostly) before
+// decoding them (skip_frame = AVDISCARD_NONREF): no other frame is predicted from them. A frame
+// of pts p may be kept only for a target t with p <= t < q, where q is the pts of the next frame
+// shown after it; so when a frame that will surely be shown, with pts q > p, has already been
+// read, and no target lies in [p, q), the frame at p is never kept and may be dropped. "Surely
+// shown" means sent to the decoder without skipping: the decoder alone knows which frames are
+// references, so a frame sent with skipping allowed may vanish and never counts as q. Each
+// packet's pts is known before it is decoded (B-frames come after the frames that follow them
+// on screen), which is what makes this work. The frames kept are those of a full decode; the
+// tests that check seeking check this too.
 
 // Target times t_k, in ticks of the stream's time base from its start.
 std::vector<int64_t> sample_offsets(int64_t duration, AVRational time_base,
@@ -466,8 +479,37 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     ++next;
   };
 
+  // Note [Skipping frames nobody keeps]. Pts of frames read and sent without skipping, whose
+  // next target is still to come; cleared when the demuxer moves (a seek, an undo).
+  std::set<int64_t> shown;
+  const bool skipping = options.seek;
+  const auto before_send = [&](const AVPacket& packet) {
+    if (!skipping) return;
+    codec->skip_frame = AVDISCARD_DEFAULT;
+    const int64_t p = packet.pts;
+    if (p == AV_NOPTS_VALUE || start == AV_NOPTS_VALUE || awaiting_key || undo_pending ||
+        next >= count) {
+      return;
+    }
+    // Frames already out of the decoder cannot follow a packet read now.
+    while (!shown.empty() && previous_pts != AV_NOPTS_VALUE && *shown.begin() < previous_pts) {
+      shown.erase(shown.begin());
+    }
+    const auto later = shown.upper_bound(p);
+    if (later != shown.end()) {
+      // The first target at or after p; none in [p, q) means nobody keeps p.
+      const auto target = std::lower_bound(offsets.begin() + next, offsets.end(), p - start);
+      if (target == offsets.end() || start + *target >= *later) {
+        codec->skip_frame = AVDISCARD_NONREF;
+        return;
+      }
+    }
+    shown.insert(p);
+  };
+
   const auto before_read = [&](int64_t last_dts) {
     if (undo_pending) {
+      shown.clear();
       undo_pending = false;
       awaiting_key = false;
       seeking = false;
@@ -508,6 +550,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       return;
     }
     avcodec_flush_buffers(codec.get());
+    shown.clear();
     awaiting_key = true;
     seek_target = target;
     ++out.seeks;
@@ -558,12 +601,14 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     frame_number = number;
     return true;
   };
-  ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file, before_read);
+  ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file, before_read,
+                        before_send);
   if ((awaiting_key || undo_pending) && next < count) {
     // The file ended before the keyframe a seek was for: undo it and decode on from the start.
     undo_pending = true;
     before_read(AV_NOPTS_VALUE);
-    ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file, before_read);
+    ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file, before_read,
+                          before_send);
   }
   out.decoded_frames = decoded;
 

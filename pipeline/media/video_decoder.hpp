@@ -27,8 +27,9 @@ struct VideoDecodeOptions {
   double timeout_s = 600.0;              // the whole decode of the file, at most: kTimeout
   int64_t max_file_bytes = 64LL << 30;   // larger files: kTooLarge
   bool autorotate = true;  // frames in display orientation (the stream's display matrix)
-  bool seek = true;        // skip to keyframes near the targets (Note [Seeking to what is
-                           // sampled] in video_decoder.cpp); false: decode every frame
+  bool seek = true;        // skip to keyframes near the targets and drop non-reference frames
+                           // no target keeps (Notes [Seeking to what is sampled] and [Skipping
+                           // frames nobody keeps] in video_decoder.cpp); false: every frame
 };
 
 // The options of `section`, with the per-file limits of `run`.

@@ -1119,6 +1119,27 @@ INSTANTIATE_TEST_SUITE_P(
                  "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=25:bframes=3", false}),
     [](const ::testing::TestParamInfo<SeekCase>& info) { return std::string(info.param.name); });
 
+// Note [Skipping frames nobody keeps]: with two B-frames between references and one keyframe in
+// 12 s, sampling 1 frame a second drops most B-frames before they are decoded; the frames kept
+// are the full decode's.
+TEST(VideoDecoderSeek, NonReferenceFramesNobodyKeepsAreNotDecoded) {
+  TempDir dir;
+  const auto clip = dir / "bframes.mp4";
+  run_ffmpeg(std::string(kMovingPattern) +
+             " -c:v libx264 -pix_fmt yuv420p -x264-params keyint=300:bframes=2:b-pyramid=none "
+             "-bf 2 " + quoted(clip));
+  VideoDecodeOptions full = fps_options(1.0, 48);
+  full.seek = false;
+  const VideoFrames all = decode_video(clip, full);
+  const VideoFrames skipped = decode_video(clip, fps_options(1.0, 48));
+  EXPECT_TRUE(skipped.rgb == all.rgb);
+  EXPECT_EQ(skipped.timestamps, all.timestamps);
+  EXPECT_EQ(skipped.seeks, 0);  // one keyframe: nothing to seek to
+  EXPECT_GT(all.decoded_frames, 280);
+  EXPECT_LT(skipped.decoded_frames, all.decoded_frames * 6 / 10)
+      << skipped.decoded_frames << " of " << all.decoded_frames;
+}
+
 TEST(VideoDecoderSeek, SparseSamplingOfALongGopDecodesFewerFrames) {
   TempDir dir;
   const auto clip = dir / "long.mp4";
