@@ -215,6 +215,10 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
     if (seq < 0 || seq >= static_cast<int64_t>(samples.size())) return std::nullopt;
     return samples[static_cast<size_t>(seq)].id;
   };
+  // The input of a shard's range, stored in each shard and checked when an index is rebuilt.
+  const auto range_identity = [&](int64_t first, int64_t count) {
+    return input_identity(samples, first, count);
+  };
   std::optional<OutputIndex> earlier;
   if (!overwrite) {
     earlier = folder.peek_previous_run();
@@ -242,15 +246,14 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   if (overwrite) {
     folder.remove_previous_run();
   } else {
-    previous = folder.load_previous_run(id_at, [&](int64_t first, int64_t count) {
-      return input_identity(samples, first, count);
-    });
-    if (previous) {
+    previous = folder.load_previous_run(id_at, range_identity);
+    if (previous && !earlier) {
+      // Rebuilt from the shards (the index on disk was damaged or gone): not checked above.
       check_same_input(*previous, samples, config.output.path);
       check_same_settings(previous->meta, index.meta, semantic_config_json(config),
                           config.output.path);
-      index.shards = std::move(previous->shards);
     }
+    if (previous) index.shards = std::move(previous->shards);
   }
   index.total_samples = static_cast<int64_t>(samples.size());
   index.shard_size = config.output.shard_size;
@@ -330,9 +333,7 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   BatchRouter router(tuned, plan.shards, &stats.learned_max_cost);
   EncodeStage encode(pools, stats);
   ShardCommitter committer(config.output.path, index, stats);
-  ShardAssembler assembler(committer, plan.shards, stats, [&](int64_t first, int64_t count) {
-    return input_identity(samples, first, count);
-  });
+  ShardAssembler assembler(committer, plan.shards, stats, range_identity);
   for (auto& kept : plan.kept) assembler.preload(std::move(kept));
   stats.started = std::chrono::steady_clock::now();
   {

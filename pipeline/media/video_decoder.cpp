@@ -53,8 +53,10 @@ using ffmpeg::SwsContextPtr;
 // frames kept must be the ones a full decode keeps, bit for bit, timestamps included.
 // - Whether to seek is decided on the index: a keyframe at or before target - reorder margin
 //   (index times are decode times in MP4, and a frame shows at most the decoder's reorder depth,
-//   video_delay, after its decode time) that lies past the last packet read. The seek itself
-//   asks the demuxer for the last keyframe at or before target - margin (a pts).
+//   video_delay, after its decode time; the first entry's distance from the stream's start
+//   tells the shift between the two clocks) that lies past the last packet read. The seek asks
+//   for that entry's time plus the shift, as a pts, which MP4's demuxer turns back into the
+//   entry's decode time.
 // - After a seek, frames are dropped until a keyframe comes out (an open GOP's leading pictures
 //   reference the previous GOP and would differ from a full decode); its pts must be at most the
 //   target and past the previous frame kept. Otherwise, or when a non-key frame past the target
@@ -447,19 +449,17 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
 
   // Note [Seeking to what is sampled].
   AVStream* seekable = input.format()->streams[stream->index];
-  bool start_seek_failed = false;  // the demuxer could not even seek to the start
-  if (options.seek && avformat_index_get_entries_count(seekable) <= 1 &&
+  bool seeking = options.seek;
+  if (seeking && avformat_index_get_entries_count(seekable) <= 1 &&
       std::string_view(input.format()->iformat->name).find("matroska") != std::string_view::npos) {
     // Matroska reads its cues (the index) on the first seek; seeking to the start loads them
     // and leaves the demuxer where it was. (Other demuxers without an index, MPEG-TS among
     // them, seek by searching timestamps, which may not land on the first frame.)
     const int64_t at = stream->start_time != AV_NOPTS_VALUE ? stream->start_time : 0;
-    if (av_seek_frame(input.format(), stream->index, at, AVSEEK_FLAG_BACKWARD) < 0) {
-      start_seek_failed = true;
-    }
+    // A demuxer that cannot even seek to the start is decoded forward.
+    seeking = av_seek_frame(input.format(), stream->index, at, AVSEEK_FLAG_BACKWARD) >= 0;
   }
-  bool seeking = options.seek && !start_seek_failed &&
-                 avformat_index_get_entries_count(seekable) > 1;
+  seeking = seeking && avformat_index_get_entries_count(seekable) > 1;
   const int64_t reorder_margin = int64_t{stream->codecpar->video_delay + 1} * frame_period;
   bool awaiting_key = false;     // a seek was made; frames until a keyframe are dropped
   bool undo_pending = false;     // the seek must be undone before the next read
