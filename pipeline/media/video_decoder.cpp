@@ -9,6 +9,7 @@ extern "C" {
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,10 @@ using ffmpeg::SwsContextPtr;
 //   comes first, or the file ends first, the seek is undone: back to the start, seeking off,
 //   frames up to the last one kept dropped, and decoding goes on as a full decode would.
 // - Only forward, and only past the last packet read: decoding on is cheaper than re-reading.
+//   And each seek goes to a later index entry than the one before: a broken file whose demuxer
+//   lands before the entry asked for would otherwise be sent back to that entry again and again
+//   until the deadline (a fuzzer found this, allocating gigabytes on the way), where a full
+//   decode finishes. So there are at most as many seeks as targets.
 // The decoder's output after a flush is the same as from a fresh start at that keyframe, which
 // the frame-exactness tests check against a full decode for many GOP structures and containers
 // (tests/unit/video_decoder_test.cpp, "Seek").
@@ -464,6 +469,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   bool awaiting_key = false;     // a seek was made; frames until a keyframe are dropped
   bool undo_pending = false;     // the seek must be undone before the next read
   int64_t seek_target = 0;       // pts of the target the seek was for
+  int64_t seeked_to = std::numeric_limits<int64_t>::min();  // index time of the last seek
   int64_t replay_until = AV_NOPTS_VALUE;  // after an undo: frames up to this pts were seen
 
   // Fills the next slot with `frame`, decoded as number `number` at `pts`.
@@ -482,6 +488,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   // Note [Skipping frames nobody keeps]. Pts of frames read and sent without skipping, whose
   // next target is still to come; cleared when the demuxer moves (a seek, an undo).
   std::set<int64_t> shown;
+  constexpr size_t kShownLimit = 64;  // well past any decoder's reorder depth (H.264: 16)
   const bool skipping = options.seek;
   const auto before_send = [&](const AVPacket& packet) {
     if (!skipping) return;
@@ -505,6 +512,9 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       }
     }
     shown.insert(p);
+    // A decoder that takes packets and returns no frames never trims the set; forgetting its
+    // earliest entries only means fewer frames skipped, so it is kept short.
+    if (shown.size() > kShownLimit) shown.erase(shown.begin());
   };
 
   const auto before_read = [&](int64_t last_dts) {
@@ -538,17 +548,21 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
                                                 AVSEEK_FLAG_BACKWARD);
     if (found < 0) return;
     const AVIndexEntry* entry = avformat_index_get_entry(seekable, found);
-    if (entry == nullptr || !(entry->flags & AVINDEX_KEYFRAME) || entry->timestamp <= last_dts) {
+    if (entry == nullptr || !(entry->flags & AVINDEX_KEYFRAME) || entry->timestamp <= last_dts ||
+        entry->timestamp <= seeked_to) {
       return;
     }
+    // Copied: a seek may grow the index, which moves its entries.
+    const int64_t entry_time = entry->timestamp;
     // av_seek_frame takes a pts, which MP4's demuxer turns back into a decode time: the entry's
     // time plus the shift lands on that entry (or, were the shift overestimated, on an earlier
     // keyframe, which costs frames, never exactness).
-    if (av_seek_frame(input.format(), stream->index, entry->timestamp + index_shift,
+    if (av_seek_frame(input.format(), stream->index, entry_time + index_shift,
                       AVSEEK_FLAG_BACKWARD) < 0) {
       seeking = false;  // the demuxer cannot: decode forward from where it is
       return;
     }
+    seeked_to = entry_time;
     avcodec_flush_buffers(codec.get());
     shown.clear();
     awaiting_key = true;
