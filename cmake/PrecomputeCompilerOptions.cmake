@@ -10,9 +10,11 @@ endif()
 
 add_library(precompute_options INTERFACE)
 add_library(precompute::options ALIAS precompute_options)
+# C and C++ only: nvcc's generated host code (gpu_rgb_kernel.cu) trips -Wpedantic on its own
+# line directives.
 target_compile_options(precompute_options INTERFACE
-  -Wall -Wextra -Wpedantic -Wno-unused-parameter
-  $<$<BOOL:${PRECOMPUTE_WARNINGS_AS_ERRORS}>:-Werror>)
+  $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:C,CXX>,$<BOOL:${PRECOMPUTE_WARNINGS_AS_ERRORS}>>:-Werror>)
 # PC_ASSERT's `, ##__VA_ARGS__` is a GNU extension that gcc accepts silently under -Wpedantic;
 # clang (the sanitizer build) would warn at every use.
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")

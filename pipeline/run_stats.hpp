@@ -32,6 +32,8 @@ struct RunStats {
   std::atomic<int64_t> video_kept_frames{0};     // frames sampled from them
   std::atomic<int64_t> video_seeks{0};
   std::atomic<int64_t> video_seeks_undone{0};
+  std::atomic<int64_t> video_nvdec_clips{0};      // of video_clips, decoded on NVDEC
+  std::atomic<int64_t> video_nvdec_fallbacks{0};  // given to NVDEC, decoded on the CPU instead
   // Per modality: the batch cost limit learnt from out-of-memory errors (0: none yet).
   std::array<std::atomic<int64_t>, kNumModalities> learned_max_cost{};
   std::array<std::atomic<int64_t>, kNumModalities> embedded{};        // per modality

@@ -378,6 +378,9 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   summary.video_kept_frames = stats.video_kept_frames;
   summary.video_seeks = stats.video_seeks;
   summary.video_seeks_undone = stats.video_seeks_undone;
+  summary.video_nvdec_clips = stats.video_nvdec_clips;
+  summary.video_nvdec_fallbacks = stats.video_nvdec_fallbacks;
+  summary.video_decoders = preparer.video_decoders();
   summary.peak_decoded_bytes = host_budget.peak_bytes();
   summary.shards = stats.shards_written;
   summary.bytes_written = stats.bytes_written;
@@ -435,6 +438,14 @@ std::string format_summary(const RunSummary& s) {
                        s.video_seeks);
     if (s.video_seeks_undone > 0) {
       out += fmt::format(" ({} undone: keyframe later than the index said)", s.video_seeks_undone);
+    }
+    if (!s.video_decoders.empty()) {
+      out += fmt::format("; decoders: {}, {} clip(s) on NVDEC", s.video_decoders,
+                         s.video_nvdec_clips);
+      if (s.video_nvdec_fallbacks > 0) {
+        out += fmt::format(" ({} more given to NVDEC fell back to the CPU)",
+                           s.video_nvdec_fallbacks);
+      }
     }
   }
   if (s.oom_splits > 0) {

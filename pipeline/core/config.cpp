@@ -50,6 +50,10 @@ std::string_view pooling_name(Pooling p) {
   return "?";
 }
 
+std::string_view video_decoder_name(VideoDecoderKind k) {
+  return k == VideoDecoderKind::kAuto ? "auto" : k == VideoDecoderKind::kCpu ? "cpu" : "nvdec";
+}
+
 std::string_view resize_mode_name(ResizeMode r) {
   return r == ResizeMode::kShorterSideCrop ? "shorter_side_crop" : "stretch";
 }
@@ -193,6 +197,7 @@ constexpr Bound kBounds[] = {
     count("video.decoder_threads", 0, 64).noted("0: FFmpeg chooses"),
     count("video.max_pixels", 1, 1e12),
     count("video.max_decoded_frames", 1, 1e12),
+    count("video.nvdec_sessions", 1, 64).noted("per GPU"),
     count("audio.sample_rate", 1000, 384000).noted("Hz"),
     number("audio.window_s", 0, kDay)
         .noted("seconds; 0: the whole clip is one window; 86400 is 1 day"),
@@ -385,7 +390,7 @@ void read_video(const Node& n, const std::filesystem::path& base, VideoSection& 
   check_keys(n, {"encoder", "device", "dtype", "batch_size", "pooling", "normalize", "sampling",
                  "size", "resize", "mean", "std", "layout", "max_batch_frames", "max_duration_s",
                  "max_frames", "decoder_threads", "max_pixels", "max_decoded_frames",
-                 "autorotate", "seek"});
+                 "autorotate", "seek", "decoder", "nvdec_sessions"});
   read_encoder_section(n, base, v);
   if (n.has("sampling")) {
     const Node s = n.child("sampling");
@@ -431,6 +436,15 @@ void read_video(const Node& n, const std::filesystem::path& base, VideoSection& 
   }
   if (n.has("autorotate")) v.autorotate = read_bool(n.child("autorotate"));
   if (n.has("seek")) v.seek = read_bool(n.child("seek"));
+  if (n.has("decoder")) {
+    v.decoder = read_enum(n.child("decoder"),
+                          std::array<std::pair<const char*, VideoDecoderKind>, 3>{{
+                              {"auto", VideoDecoderKind::kAuto},
+                              {"cpu", VideoDecoderKind::kCpu},
+                              {"nvdec", VideoDecoderKind::kNvdec},
+                          }});
+  }
+  if (n.has("nvdec_sessions")) v.nvdec_sessions = read_int(n.child("nvdec_sessions"));
 }
 
 void read_audio(const Node& n, const std::filesystem::path& base, AudioSection& a) {
@@ -785,6 +799,7 @@ void validate(const Config& c) {
     check_bound("video.decoder_threads", v.decoder_threads);
     check_bound("video.max_pixels", v.max_pixels);
     check_bound("video.max_decoded_frames", v.max_decoded_frames);
+    check_bound("video.nvdec_sessions", v.nvdec_sessions);
   }
   if (c.audio.enabled) {
     const auto& a = c.audio;
@@ -892,6 +907,11 @@ nlohmann::json config_json(const Config& c, bool semantic) {
       e["max_pixels"] = v.max_pixels;
       e["max_decoded_frames"] = v.max_decoded_frames;
       e["seek"] = v.seek;  // the same frames either way: not part of the fingerprint
+      // NVDEC's frames differ from the CPU's within a bound (Note [Converting NVDEC pictures on
+      // the GPU]), as one GPU's arithmetic differs from another's; under auto, which files go
+      // where is up to timing. Like the device, not part of the fingerprint.
+      e["decoder"] = video_decoder_name(v.decoder);
+      e["nvdec_sessions"] = v.nvdec_sessions;
     }
     j["video"] = e;
   }

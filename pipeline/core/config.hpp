@@ -50,7 +50,16 @@ enum class VideoLayout {
   kClips,   // [B, T, C, H, W]: every sample's frames together (T equal within a batch)
 };
 
+// Where video is decoded (Note [NVDEC through FFmpeg] in pipeline/media/nvdec.cpp).
+enum class VideoDecoderKind {
+  kAuto,   // NVDEC sessions and CPU decoders side by side, each file to whichever is free (CPU
+           // only in builds without CUDA or without a CUDA device for video)
+  kCpu,    // FFmpeg's software decoders
+  kNvdec,  // NVDEC only; a stream it cannot take still falls back to the CPU
+};
+
 std::string_view compute_dtype_name(ComputeDtype d);
+std::string_view video_decoder_name(VideoDecoderKind k);
 std::string_view storage_dtype_name(StorageDtype d);
 std::string_view pooling_name(Pooling p);
 std::string_view resize_mode_name(ResizeMode r);
@@ -94,6 +103,8 @@ struct VideoSection : EncoderSection {
   int64_t max_decoded_frames = 1000000;  // frames through the decoder per sample: too_long
   bool autorotate = true;          // apply the stream's display matrix (rotation, flips)
   bool seek = true;                // seek to keyframes and drop frames nobody keeps (same frames)
+  VideoDecoderKind decoder = VideoDecoderKind::kAuto;
+  int nvdec_sessions = 4;          // NVDEC sessions per GPU of video.device
 };
 
 struct AudioSection : EncoderSection {

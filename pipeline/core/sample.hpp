@@ -43,6 +43,7 @@ struct VideoFrames {
   int64_t decoded_frames = 0;  // frames out of the decoder (seeking skips the others)
   int64_t seeks = 0;           // seeks to a keyframe near a target
   int64_t seeks_undone = 0;    // seeks that landed wrong and were undone (decoded from the start)
+  bool nvdec = false;          // decoded on NVDEC and converted on the GPU (video.decoder)
 
   size_t bytes() const { return rgb.size() + timestamps.size() * sizeof(double); }
 };

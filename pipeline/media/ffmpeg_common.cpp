@@ -2,6 +2,7 @@
 
 extern "C" {
 #include <libavutil/log.h>
+#include <libavutil/pixdesc.h>
 }
 
 #include <fcntl.h>
@@ -410,8 +411,26 @@ AVStream* find_stream(AVFormatContext* format, AVMediaType type,
   return stream;
 }
 
+namespace {
+
+// get_format of a decoder with a CUDA device: CUDA frames when FFmpeg offers them. FFmpeg drops
+// CUDA from the list and asks again when NVDEC cannot take the stream; then the first software
+// format, FFmpeg's own preference.
+AVPixelFormat pick_cuda_format(AVCodecContext* /*codec*/, const AVPixelFormat* formats) {
+  for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
+    if (*f == AV_PIX_FMT_CUDA) return *f;
+  }
+  for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(*f);
+    if (desc != nullptr && !(desc->flags & AV_PIX_FMT_FLAG_HWACCEL)) return *f;
+  }
+  return AV_PIX_FMT_NONE;
+}
+
+}  // namespace
+
 CodecContextPtr open_decoder(const AVStream* stream, int threads, int64_t max_pixels,
-                             const std::filesystem::path& file) {
+                             const std::filesystem::path& file, AVBufferRef* hw_device) {
   max_pixels = max_pixels > 0 ? decoder_pixel_cap(max_pixels) : 0;
   const AVCodecID codec_id = stream->codecpar->codec_id;
   const AVCodec* decoder = avcodec_find_decoder(codec_id);
@@ -426,6 +445,15 @@ CodecContextPtr open_decoder(const AVStream* stream, int threads, int64_t max_pi
   codec->pkt_timebase = stream->time_base;
   codec->thread_count = threads;
   if (max_pixels > 0) codec->max_pixels = max_pixels;
+  if (hw_device != nullptr) {
+    codec->hw_device_ctx = av_buffer_ref(hw_device);
+    if (codec->hw_device_ctx == nullptr) throw std::bad_alloc();
+    codec->get_format = pick_cuda_format;
+    // NVDEC decodes; more CPU threads would only hold more pictures.
+    codec->thread_count = 1;
+    // The frame sink holds the previous picture while the next is mapped.
+    codec->extra_hw_frames = 2;
+  }
   const int opened = avcodec_open2(codec.get(), decoder, nullptr);
   PC_MEDIA_CHECK(opened >= 0, FailureCategory::kDecodeError, file.string(), ": cannot open the ",
                  decoder->name, " decoder (avcodec_open2): ", error_text(opened));

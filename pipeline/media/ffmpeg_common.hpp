@@ -140,10 +140,15 @@ AVStream* find_stream(AVFormatContext* format, AVMediaType type, const std::file
 // An opened decoder for `stream`. `threads` is the decoder's thread count (0: FFmpeg's choice);
 // pictures well over `max_pixels` (its padded rows included) are refused by the decoder itself
 // (0: FFmpeg's default cap).
+// With `hw_device` (FFmpeg's CUDA device of an NVDEC session) the decoder asks for CUDA
+// frames, decoded by NVDEC into device memory, one thread; where FFmpeg cannot set NVDEC up for
+// the stream (codec, profile, bit depth, chroma format or size beyond the engine) the frames
+// come out in a software format instead, decoded on the CPU (Note [NVDEC through FFmpeg] in
+// nvdec.cpp).
 // Throws MediaError kUnsupported when this build has no decoder for the codec, kDecodeError
 // when it cannot be opened.
 CodecContextPtr open_decoder(const AVStream* stream, int threads, int64_t max_pixels,
-                             const std::filesystem::path& file);
+                             const std::filesystem::path& file, AVBufferRef* hw_device = nullptr);
 
 // The stream's duration in its own time base, from the stream's header, else the container's;
 // nullopt when neither has one, or when FFmpeg only guessed it from the bit rate.

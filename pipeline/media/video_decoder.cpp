@@ -2,6 +2,7 @@
 
 extern "C" {
 #include <libavutil/display.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/pixdesc.h>
 }
 
@@ -16,6 +17,8 @@ extern "C" {
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
+#include "pipeline/media/gpu_rgb_kernel.hpp"
+#include "pipeline/media/nvdec.hpp"
 
 namespace precompute {
 namespace {
@@ -257,6 +260,10 @@ class RgbConverter {
 
   // Writes options.height * options.width * 3 bytes to `out`.
   void convert(const AVFrame& frame, uint8_t* out) {
+    if (frame.format == AV_PIX_FMT_CUDA) {
+      convert_on_gpu(frame, out);
+      return;
+    }
     const auto format = static_cast<AVPixelFormat>(frame.format);
     const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
     PC_ASSERT(desc != nullptr, "decoded frame with unknown pixel format ", frame.format);
@@ -290,6 +297,55 @@ class RgbConverter {
     AVColorRange range = AVCOL_RANGE_UNSPECIFIED;
     bool operator==(const Key&) const = default;
   };
+
+  // An NVDEC picture, converted by the session's kernel (Note [Converting NVDEC pictures on the
+  // GPU] in gpu_rgb_kernel.cu) with the region and colour set-up of the CPU path.
+  void convert_on_gpu(const AVFrame& frame, uint8_t* out) {
+    PC_MEDIA_CHECK(options_.nvdec != nullptr && frame.hw_frames_ctx != nullptr,
+                   FailureCategory::kDecodeError, file_.string(),
+                   ": a CUDA frame without an NVDEC session");
+    const auto* frames = reinterpret_cast<const AVHWFramesContext*>(frame.hw_frames_ctx->data);
+    const AVPixelFormat format = frames->sw_format;
+    PC_MEDIA_CHECK(format == AV_PIX_FMT_NV12 || format == AV_PIX_FMT_P010 ||
+                       format == AV_PIX_FMT_P016,
+                   FailureCategory::kUnsupported, file_.string(), ": NVDEC gave ",
+                   av_get_pix_fmt_name(format), " pictures, which the GPU conversion does not read");
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+    const Region region = source_region(frame.width, frame.height, scaled_width_, scaled_height_,
+                                        options_.resize, *desc);
+    GpuRgbParams p;
+    p.luma = frame.data[0];
+    p.luma_pitch = frame.linesize[0];
+    p.chroma = frame.data[1];
+    p.chroma_pitch = frame.linesize[1];
+    p.bytes_per_sample = desc->comp[0].step;
+    p.region_x = region.x;
+    p.region_y = region.y;
+    p.region_width = region.width;
+    p.region_height = region.height;
+    p.out_width = scaled_width_;
+    p.out_height = scaled_height_;
+    // libswscale's table and range handling (sws_setColorspaceDetails), as make_context sets up:
+    // the frame's matrix (BT.601 when it names none), limited range unless it says full.
+    const int colorspace = frame.colorspace == AVCOL_SPC_UNSPECIFIED
+                               ? SWS_CS_ITU601
+                               : static_cast<int>(frame.colorspace);
+    const int* table = sws_getCoefficients(colorspace);
+    const bool full = frame.color_range == AVCOL_RANGE_JPEG;
+    const float chroma_scale = full ? 224.0f / 255.0f : 1.0f;
+    p.crv = static_cast<float>(table[0]) / 65536.0f * chroma_scale;
+    p.cbu = static_cast<float>(table[1]) / 65536.0f * chroma_scale;
+    p.cgu = static_cast<float>(table[2]) / 65536.0f * chroma_scale;
+    p.cgv = static_cast<float>(table[3]) / 65536.0f * chroma_scale;
+    p.y_offset = full ? 0.0f : 16.0f;
+    p.y_scale = full ? 1.0f : 255.0f / 219.0f;
+    try {
+      options_.nvdec->to_rgb(p, orientation_.upright() ? out : scaled_.data());
+    } catch (const std::runtime_error& e) {
+      PC_MEDIA_THROW(FailureCategory::kDecodeError, file_.string(), ": NVDEC: ", e.what());
+    }
+    if (!orientation_.upright()) turn_upright(out);
+  }
 
   // Moves the scaled picture, in coded orientation, into `out` in displayed orientation.
   void turn_upright(uint8_t* out) const {
@@ -433,7 +489,9 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   // The decoder refuses to allocate pictures over its cap before we see them, a backstop for
   // streams whose frames grow past their header's size; the exact limit is checked on every
   // frame below.
-  CodecContextPtr codec = ffmpeg::open_decoder(stream, options.threads, options.max_pixels, file);
+  CodecContextPtr codec =
+      ffmpeg::open_decoder(stream, options.threads, options.max_pixels, file,
+                           options.nvdec != nullptr ? options.nvdec->hw_device() : nullptr);
   RgbConverter converter(options, options.autorotate ? display_orientation(stream) : Orientation{},
                          file);
 
@@ -478,6 +536,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     if (number == converted_number) {
       std::memcpy(slot, slot - frame_bytes, frame_bytes);
     } else {
+      if (frame.format == AV_PIX_FMT_CUDA) out.nvdec = true;
       converter.convert(frame, slot);
       converted_number = number;
     }

@@ -13,6 +13,8 @@
 
 namespace precompute {
 
+class NvdecSession;
+
 struct VideoDecodeOptions {
   double fps = 0.0;    // frames per second of video, or ...
   int num_frames = 0;  // ... this many frames spread evenly over the clip (exactly one is > 0)
@@ -30,6 +32,9 @@ struct VideoDecodeOptions {
   bool seek = true;        // skip to keyframes near the targets and drop non-reference frames
                            // no target keeps (Notes [Seeking to what is sampled] and [Skipping
                            // frames nobody keeps] in video_decoder.cpp); false: every frame
+  // Decode on this NVDEC session and convert on its GPU; null: on the CPU. A stream the engine
+  // cannot take is decoded on the CPU by the same call (VideoFrames::nvdec tells which).
+  NvdecSession* nvdec = nullptr;
 };
 
 // The options of `section`, with the per-file limits of `run`.

@@ -2,12 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "encoders/bert/text_settings.hpp"
 #include "encoders/text/wordpiece_tokenizer.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/media/audio_decoder.hpp"
+#include "pipeline/media/nvdec.hpp"
 #include "pipeline/media/video_decoder.hpp"
 #include "pipeline/run_stats.hpp"
 
@@ -18,6 +21,8 @@ struct SamplePreparer::State {
   bool audio = false;
   bool text = false;
   VideoDecodeOptions video_options;
+  VideoDecoderKind decoder = VideoDecoderKind::kCpu;  // kCpu when no NVDEC pool could be had
+  std::shared_ptr<NvdecPool> nvdec;
   AudioDecodeOptions audio_options;
   int64_t max_text_bytes = 0;
   std::optional<WordPieceTokenizer> tokenizer;
@@ -28,13 +33,99 @@ SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&
   state->video = config.video.enabled;
   state->audio = config.audio.enabled;
   state->text = config.text.enabled;
-  if (state->video) state->video_options = video_decode_options(config.video, config.run);
+  if (state->video) {
+    state->video_options = video_decode_options(config.video, config.run);
+    open_nvdec(config, *state);
+  }
   if (state->audio) state->audio_options = audio_decode_options(config.audio, config.run);
   if (state->text) {
     state->max_text_bytes = config.text.max_text_bytes;
     state->tokenizer = make_text_tokenizer(config.text);
   }
   state_ = std::move(state);
+}
+
+namespace {
+
+// The CUDA ordinals among video's devices ("cuda" is 0).
+std::vector<int> cuda_devices(const std::vector<std::string>& devices) {
+  std::vector<int> ordinals;
+  for (const auto& d : devices) {
+    if (d == "cuda") ordinals.push_back(0);
+    if (d.rfind("cuda:", 0) == 0) ordinals.push_back(std::stoi(d.substr(5)));
+  }
+  std::sort(ordinals.begin(), ordinals.end());
+  ordinals.erase(std::unique(ordinals.begin(), ordinals.end()), ordinals.end());
+  return ordinals;
+}
+
+}  // namespace
+
+// Note [Choosing the video decoder]
+// video.decoder: auto opens NVDEC sessions on the GPUs video runs on, when the build has CUDA
+// and video has a GPU; the decode threads then take a free session for each file and decode on
+// the CPU when none is free, so both kinds stay busy. Without a build or GPU for it, auto is the
+// CPU, said once at start-up. nvdec waits for a session for every file, and refuses to start
+// without them. Either way a file NVDEC fails on (a stream it cannot take, a decode error) is
+// decoded again on the CPU and counted.
+void SamplePreparer::open_nvdec(const Config& config, State& state) {
+  const VideoDecoderKind wanted = config.video.decoder;
+  if (wanted == VideoDecoderKind::kCpu) return;
+  const std::vector<int> gpus = cuda_devices(config.devices_for(Modality::kVideo));
+  std::string why_not;
+  if (!nvdec_built()) {
+    why_not = "this build of precompute has no CUDA";
+  } else if (gpus.empty()) {
+    why_not = "video runs on no CUDA device (video.device or run.device)";
+  } else {
+    try {
+      state.nvdec = std::make_shared<NvdecPool>(gpus, config.video.nvdec_sessions);
+      state.decoder = wanted;
+      spdlog::info("video decoding: {}{}", state.nvdec->describe(),
+                   wanted == VideoDecoderKind::kAuto ? " and the CPU decoders" : "");
+      return;
+    } catch (const std::exception& e) {
+      why_not = e.what();
+    }
+  }
+  PC_CHECK(wanted != VideoDecoderKind::kNvdec, ConfigError, "video.decoder: nvdec, but ", why_not,
+           "; use video.decoder: auto (NVDEC where it can) or cpu");
+  spdlog::info("video decoding: on the CPU ({})", why_not);
+}
+
+VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) const {
+  const State& s = *state_;
+  if (!s.nvdec) return decode_video(file, s.video_options);
+  NvdecPool::Lease lease =
+      s.decoder == VideoDecoderKind::kNvdec ? s.nvdec->acquire() : s.nvdec->try_acquire();
+  if (!lease) return decode_video(file, s.video_options);
+  VideoDecodeOptions options = s.video_options;
+  options.nvdec = lease.session();
+  try {
+    VideoFrames frames = decode_video(file, options);
+    // Frames, but none from NVDEC: FFmpeg could not set the engine up for this stream and the
+    // same call decoded it on the CPU.
+    if (!frames.nvdec) stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return frames;
+  } catch (const MediaError& e) {
+    // Limits (too long, too large, timeout) hold on every decoder; the rest may be NVDEC's.
+    if (e.category() != FailureCategory::kDecodeError &&
+        e.category() != FailureCategory::kUnsupported) {
+      throw;
+    }
+    spdlog::debug("{}: NVDEC failed ({}); decoding on the CPU", file.string(), e.what());
+  }
+  lease = {};  // free for another file while this one decodes on the CPU
+  stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  return decode_video(file, s.video_options);
+}
+
+std::string SamplePreparer::video_decoders() const {
+  const State& s = *state_;
+  if (!s.video) return {};
+  if (!s.nvdec) return "CPU";
+  return s.decoder == VideoDecoderKind::kAuto ? s.nvdec->describe() + " and CPU"
+                                              : s.nvdec->describe();
 }
 
 namespace {
@@ -104,10 +195,10 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
     }
   }
   if (s.video && spec.video) {
-    prepare_one(spec, Modality::kVideo, *out,
-                [&] { out->video = decode_video(*spec.video, s.video_options); });
+    prepare_one(spec, Modality::kVideo, *out, [&] { out->video = decode_video_on(*spec.video); });
     if (out->video) {
       const auto relaxed = std::memory_order_relaxed;
+      if (out->video->nvdec) stats_->video_nvdec_clips.fetch_add(1, relaxed);
       stats_->video_clips.fetch_add(1, relaxed);
       stats_->video_decoded_frames.fetch_add(out->video->decoded_frames, relaxed);
       stats_->video_kept_frames.fetch_add(out->video->num_frames, relaxed);

@@ -4,7 +4,9 @@
 // (STYLE.md, "Do this" 5). Copyable and callable from many threads at once (oneTBB copies node
 // bodies; the shared state is immutable).
 
+#include <filesystem>
 #include <memory>
+#include <string>
 
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/sample.hpp"
@@ -22,9 +24,16 @@ class SamplePreparer {
  public:
   SamplePreparer(const Config& config, RunStats& stats);
   PreparedSamplePtr operator()(const SampleSpec& spec) const;
+  // What decodes video: "CPU", or the NVDEC sessions and whether CPU decoders join them; empty
+  // without video.
+  std::string video_decoders() const;
 
  private:
   struct State;
+  static void open_nvdec(const Config& config, State& state);
+  // decode_video on an NVDEC session when one is to be had (Note [Choosing the video decoder]).
+  VideoFrames decode_video_on(const std::filesystem::path& file) const;
+
   std::shared_ptr<const State> state_;
   RunStats* stats_;
 };

@@ -85,6 +85,22 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheChoices) {
   EXPECT_NE(error_of(": [").find("not valid YAML"), std::string::npos);
 }
 
+TEST(ConfigTest, VideoDecoderChoices) {
+  const std::string base = "video: {encoder: {path: v.pt}, sampling: {fps: 1}";
+  EXPECT_EQ(parse_config(base + "}\n", "/x").video.decoder, VideoDecoderKind::kAuto);
+  EXPECT_EQ(parse_config(base + "}\n", "/x").video.nvdec_sessions, 4);
+  EXPECT_EQ(parse_config(base + ", decoder: cpu}\n", "/x").video.decoder, VideoDecoderKind::kCpu);
+  const Config nvdec = parse_config(base + ", decoder: nvdec, nvdec_sessions: 7}\n", "/x");
+  EXPECT_EQ(nvdec.video.decoder, VideoDecoderKind::kNvdec);
+  EXPECT_EQ(nvdec.video.nvdec_sessions, 7);
+  const auto e = error_of("video: {decoder: gpu}");
+  EXPECT_NE(e.find("'video.decoder' is 'gpu'"), std::string::npos) << e;
+  EXPECT_NE(e.find("auto, cpu, nvdec"), std::string::npos) << e;
+  // Where frames are decoded is not what they mean: a resume may switch decoders.
+  EXPECT_EQ(semantic_config_json(parse_config(base + ", decoder: cpu}\n", "/x")),
+            semantic_config_json(parse_config(base + ", decoder: nvdec}\n", "/x")));
+}
+
 TEST(ConfigTest, ValidateExplainsMissingPieces) {
   Config c;
   EXPECT_THROW(validate(c), ConfigError);  // no input
@@ -288,6 +304,7 @@ TEST(ConfigTest, EveryNumericKeyRefusesValuesOutsideItsRangeNamingItAndTheRange)
        {"1000000000001"}, "1000000000000", ""},
       {"video.max_decoded_frames", "video.max_decoded_frames", "%",
        {"1", "99999999999", "1000000000000"}, {"1000000000001"}, "1000000000000", ""},
+      {"video.nvdec_sessions", "video.nvdec_sessions", "%", {"1", "64"}, {"0", "65"}, "64", ""},
       {"audio.sample_rate", "audio.sample_rate", "%", {"1000", "384000"}, {"999", "384001"},
        "384000", ""},
       {"audio.window_s", "audio.window_s", "%", {"0", "0.5", "86400"}, {"86401", "1e-300"},

@@ -7,6 +7,9 @@
 #   libffmpeg-nvenc-dev_*.deb          the ffnvcodec headers FFmpeg's NVDEC/CUVID code needs
 #   libtbb-dev, libtbb12, libtbbmalloc2, libtbbbind-2-5 .debs   oneTBB headers, CMake package
 #   libutf8proc-dev, libutf8proc2 .debs                         utf8proc header, pkg-config file
+#   wheels/h5py-*.whl, wheels/pynvvideocodec-*.whl   for the GPU machine's Python 3.12: reading
+#                                      shards (tests/gpu) and NVIDIA's decoder as the video peer
+#                                      (tools/bench/video_throughput.py); PyPI, no dependencies
 # Idempotent: files already present are kept. Prints the folder's size and fails above 60 MiB.
 #
 # The source download needs a deb-src entry. This script does not touch the machine's apt
@@ -72,6 +75,18 @@ EOF
   rm -f "$apt_dir/download/"*
 fi
 xz -t "$dest/$orig"
+
+# --- Wheels for the GPU machine's Python (3.12, manylinux x86_64) ---------------------------
+wheels=(h5py==3.16.0 pynvvideocodec==2.2.4)
+pip_python=.venv/bin/python  # tools/setup.sh's venv has pip; Debian's python3 may not
+[ -x "$pip_python" ] || pip_python=python3
+mkdir -p "$dest/wheels"
+for w in "${wheels[@]}"; do
+  compgen -G "$dest/wheels/${w%%==*}-${w##*==}-*.whl" >/dev/null && continue
+  echo "fetch_gpu_deps: downloading the wheel $w"
+  "$pip_python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$dest/wheels" "$w"
+done
 
 ls -l "$dest"
 bytes=$(du -sb "$dest" | cut -f1)

@@ -1,0 +1,97 @@
+#pragma once
+// NVDEC sessions: the GPU's video decode engines, driven through FFmpeg's CUDA hwaccel (Note
+// [NVDEC through FFmpeg] in nvdec.cpp). A session is what one decoding thread needs to decode a
+// file on a GPU: FFmpeg's CUDA device (the GPU's primary context, shared with LibTorch, so that
+// the context is made once per process and not per file), its own CUDA stream, and the buffers
+// that carry a converted frame back. A pool holds a fixed number of sessions per GPU, made at
+// start-up and reused for every file; a thread leases one for one file.
+//
+// Builds without CUDA have the pool type but cannot open one (nvdec_built() is false).
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+struct AVBufferRef;
+
+namespace precompute {
+
+struct GpuRgbParams;
+
+// Whether this build can decode on NVDEC (a CUDA build).
+bool nvdec_built();
+
+class NvdecSession {
+ public:
+  // Opens FFmpeg's CUDA device on GPU `device` (its primary context) with a stream of its own.
+  // Throws std::runtime_error with FFmpeg's or CUDA's reason.
+  explicit NvdecSession(int device);
+  ~NvdecSession();
+  NvdecSession(const NvdecSession&) = delete;
+  NvdecSession& operator=(const NvdecSession&) = delete;
+
+  int device() const { return device_; }
+  // FFmpeg's device context, for AVCodecContext::hw_device_ctx (the codec takes its own ref).
+  AVBufferRef* hw_device() const { return hw_device_; }
+
+  // Converts one picture in device memory (Note [Converting NVDEC pictures on the GPU]) on the
+  // session's stream, which is the one NVDEC maps pictures on, and copies the out_width x
+  // out_height RGB24 result to `out` in host memory. Throws std::runtime_error on a CUDA error.
+  void to_rgb(const GpuRgbParams& params, uint8_t* out);
+
+ private:
+  int device_;
+  AVBufferRef* hw_device_ = nullptr;
+  void* stream_ = nullptr;   // cudaStream_t
+  uint8_t* device_rgb_ = nullptr;
+  uint8_t* host_rgb_ = nullptr;  // pinned
+  size_t rgb_capacity_ = 0;
+};
+
+class NvdecPool {
+ public:
+  // `sessions_per_device` sessions on each GPU of `devices` (CUDA ordinals). Throws
+  // std::runtime_error naming the GPU when a session cannot be opened.
+  NvdecPool(const std::vector<int>& devices, int sessions_per_device);
+  ~NvdecPool();
+
+  // A session for the length of one file; returns it to the pool when destroyed.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(Lease&& other) noexcept;
+    Lease& operator=(Lease&& other) noexcept;
+    ~Lease();
+    explicit operator bool() const { return session_ != nullptr; }
+    NvdecSession* session() const { return session_; }
+
+   private:
+    friend class NvdecPool;
+    Lease(NvdecPool* pool, NvdecSession* session) : pool_(pool), session_(session) {}
+    NvdecPool* pool_ = nullptr;
+    NvdecSession* session_ = nullptr;
+  };
+
+  // A free session, or an empty lease when every session is busy (video.decoder: auto).
+  Lease try_acquire();
+  // Waits for a free session (video.decoder: nvdec).
+  Lease acquire();
+
+  int size() const { return static_cast<int>(sessions_.size()); }
+  std::string describe() const;  // "8 sessions on cuda:0, cuda:1"
+
+ private:
+  void release(NvdecSession* session);
+  NvdecSession* take_locked();
+
+  std::vector<std::unique_ptr<NvdecSession>> sessions_;
+  std::vector<int> devices_;
+  std::mutex mutex_;
+  std::condition_variable freed_;
+  std::vector<NvdecSession*> free_;  // ordered so that consecutive leases alternate GPUs
+};
+
+}  // namespace precompute

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU video work in one command: build precompute with NVDEC on the GPU machine
+# (tools/bench/build_on_gpu.sh), run the NVDEC parity test (tests/gpu/nvdec_parity.py), then the
+# video benchmark against NVIDIA's PyNvVideoCodec (tools/bench/video_throughput.py). Logs and
+# JSON reports land in $OUT (default /tmp/out).
+#
+# Before, on the Debian machine:
+#   bash tools/bench/fetch_gpu_deps.sh               # .devbuild/: FFmpeg source, .debs, wheels
+#   bash tools/bench/make_video_clips.sh parity      # bench-data/parity
+#   bash tools/bench/make_video_clips.sh h264_720p   # bench-data/h264_720p
+# Then, through the remote device tool, from the repository root:
+#   run(command="bash tools/bench/run_gpu_video_bench.sh", carry=[".devbuild", "bench-data"],
+#       kind="nvidia-h200", timeout_s=600)
+# STAGES picks the steps (default "build parity bench"); BENCH_ARGS go to video_throughput.py.
+# A second call on a still-warm machine reuses FFmpeg, the build folder and the installed wheels.
+#
+# Exit code: 1 when any stage failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+export OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+stages=${STAGES:-build parity bench}
+python=${BENCH_PYTHON:-python3}
+site=/tmp/precompute-bench-site
+started=$SECONDS
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$OUT/gpu.txt"
+
+if [[ " $stages " == *" build "* ]]; then
+  echo "==== build (log: $OUT/build.log) ===="
+  t0=$SECONDS
+  bash tools/bench/build_on_gpu.sh > "$OUT/build.log" 2>&1 || status=1
+  grep -E '^build_on_gpu: ' "$OUT/build.log" | tail -n 12
+  echo "build: $((SECONDS - t0)) s"
+fi
+
+# The wheels' packages for this Python, once per machine.
+if [ ! -d "$site" ]; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" \
+    .devbuild/wheels/*.whl > "$OUT/pip.log" 2>&1 || { echo "pip install failed"; cat "$OUT/pip.log"; }
+fi
+export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+# shellcheck disable=SC1091
+[ -f build-gpu/precompute-env.sh ] && source build-gpu/precompute-env.sh
+
+if [[ " $stages " == *" parity "* ]]; then
+  echo "==== NVDEC parity (log: $OUT/parity.log) ===="
+  t0=$SECONDS
+  "$python" tests/gpu/nvdec_parity.py --binary build-gpu/tools/cli/precompute \
+    --clips bench-data/parity --work /tmp/nvdec-parity > "$OUT/parity.log" 2>&1
+  rc=$?
+  # The passing checks are in the log; failures, summaries and errors are shown.
+  grep -v '"ok": true' "$OUT/parity.log" | tail -n 60
+  [ "$rc" -eq 0 ] || status=1
+  echo "parity: $((SECONDS - t0)) s"
+fi
+
+if [[ " $stages " == *" bench "* ]]; then
+  echo "==== video throughput (log: $OUT/video_throughput.log) ===="
+  t0=$SECONDS
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+  "$python" tools/bench/video_throughput.py --binary build-gpu/tools/cli/precompute \
+    --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/video_throughput.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  echo "bench: $((SECONDS - t0)) s"
+fi
+echo "run_gpu_video_bench: exit $status after $((SECONDS - started)) s"
+exit $status
