@@ -30,7 +30,7 @@ struct RunSummary {
   int64_t video_seeks_undone = 0;
   int64_t video_nvdec_clips = 0;
   int64_t video_nvdec_fallbacks = 0;
-  std::string video_decoders;  // what decoded video: "CPU", "8 NVDEC session(s) on cuda:0 and CPU"
+  std::string video_decoders;  // "8 NVDEC session(s) on cuda:0 and CPU"; empty: the CPU alone
   int64_t oom_splits = 0;      // batches split after running out of device memory  // captions whose invalid UTF-8 was replaced (still embedded)
   std::array<int64_t, kNumModalities> embedded{};
   std::map<std::string, int64_t> failures_by_category;

@@ -1,7 +1,6 @@
 #include "pipeline/media/nvdec.hpp"
 
 extern "C" {
-#include <libavutil/dict.h>
 #include <libavutil/hwcontext.h>
 }
 
@@ -17,6 +16,7 @@ extern "C" {
 extern "C" {
 #include <libavutil/hwcontext_cuda.h>
 }
+#include <cuda.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -67,26 +67,50 @@ bool nvdec_built() { return true; }
 
 NvdecSession::NvdecSession(int device) : device_(device) {
   DeviceScope scope(device);
+  // FFmpeg's own way to the primary context (av_hwdevice_ctx_create with primary_ctx) insists
+  // on its scheduling flags and refuses the context LibTorch has already started with others
+  // ("Primary context already active with incompatible flags"). So the context is handed over
+  // as it is: made current by the runtime, read back through the driver's cuCtxGetCurrent
+  // (found through the runtime, so the binary does not link libcuda, which machines without a
+  // GPU lack). FFmpeg does not destroy a context it was given.
+  check_cuda(cudaFree(nullptr), "starting CUDA");
+  void* get_current = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  check_cuda(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get_current, 12000,
+                                              cudaEnableDefault, &found),
+             "cudaGetDriverEntryPointByVersion(cuCtxGetCurrent)");
+  if (get_current == nullptr || found != cudaDriverEntryPointSuccess) {
+    throw std::runtime_error("the CUDA driver has no cuCtxGetCurrent");
+  }
+  CUcontext context = nullptr;
+  if (reinterpret_cast<CUresult (*)(CUcontext*)>(get_current)(&context) != CUDA_SUCCESS ||
+      context == nullptr) {
+    throw std::runtime_error(fmt::format("no CUDA context is current on cuda:{}", device));
+  }
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   stream_ = stream;
-  AVDictionary* options = nullptr;
-  av_dict_set(&options, "primary_ctx", "1", 0);
-  const int made = av_hwdevice_ctx_create(&hw_device_, AV_HWDEVICE_TYPE_CUDA,
-                                          std::to_string(device).c_str(), options, 0);
-  av_dict_free(&options);
-  if (made < 0) {
+  hw_device_ = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+  if (hw_device_ == nullptr) {
     cudaStreamDestroy(stream);
-    char text[AV_ERROR_MAX_STRING_SIZE] = {};
-    av_strerror(made, text, sizeof(text));
-    throw std::runtime_error(
-        fmt::format("cannot open FFmpeg's CUDA device on cuda:{} (av_hwdevice_ctx_create): {}",
-                    device, text));
+    throw std::bad_alloc();
   }
+  auto* device_context = reinterpret_cast<AVHWDeviceContext*>(hw_device_->data);
+  auto* cuda = static_cast<AVCUDADeviceContext*>(device_context->hwctx);
+  cuda->cuda_ctx = context;
   // NVDEC maps each picture on this stream (FFmpeg reads it when it makes a decoder), and the
   // kernel runs on it after the map: ordered without any other synchronisation.
-  auto* context = reinterpret_cast<AVHWDeviceContext*>(hw_device_->data);
-  static_cast<AVCUDADeviceContext*>(context->hwctx)->stream = stream;
+  cuda->stream = stream;
+  const int made = av_hwdevice_ctx_init(hw_device_);
+  if (made < 0) {
+    av_buffer_unref(&hw_device_);
+    cudaStreamDestroy(stream);
+    stream_ = nullptr;
+    char text[AV_ERROR_MAX_STRING_SIZE] = {};
+    av_strerror(made, text, sizeof(text));
+    throw std::runtime_error(fmt::format(
+        "cannot set up FFmpeg's CUDA device on cuda:{} (av_hwdevice_ctx_init): {}", device, text));
+  }
 }
 
 NvdecSession::~NvdecSession() {

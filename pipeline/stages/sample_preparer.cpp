@@ -122,8 +122,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
 
 std::string SamplePreparer::video_decoders() const {
   const State& s = *state_;
-  if (!s.video) return {};
-  if (!s.nvdec) return "CPU";
+  if (!s.video || !s.nvdec) return {};
   return s.decoder == VideoDecoderKind::kAuto ? s.nvdec->describe() + " and CPU"
                                               : s.nvdec->describe();
 }

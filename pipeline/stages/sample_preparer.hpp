@@ -24,8 +24,8 @@ class SamplePreparer {
  public:
   SamplePreparer(const Config& config, RunStats& stats);
   PreparedSamplePtr operator()(const SampleSpec& spec) const;
-  // What decodes video: "CPU", or the NVDEC sessions and whether CPU decoders join them; empty
-  // without video.
+  // The NVDEC sessions that decode video and whether CPU decoders join them; empty when only
+  // the CPU decodes (or there is no video).
   std::string video_decoders() const;
 
  private:
