@@ -28,9 +28,9 @@ extern "C" {
 // only where a picture is decoded and converted differs. FFmpeg checks the decoder's
 // capabilities (codec, profile, bit depth, chroma format, size) when it sets the hwaccel up, and
 // when they fall short it offers the software formats again, which is how a file NVDEC cannot
-// take falls back to the CPU (video_decoder.cpp). What a session keeps across files is the CUDA
-// context (the device's primary one, which LibTorch uses too: made once), the stream and the
-// buffers; FFmpeg makes the NVDEC decoder itself per file. docs/benchmarks.md measures what
+// take falls back to the CPU (video_decoder.cpp). What a session keeps across files is its CUDA
+// context (Note [One CUDA context per session]), the stream and the buffers; FFmpeg makes the
+// NVDEC decoder itself per file. docs/benchmarks.md measures what
 // this path reaches against NVIDIA's own PyNvVideoCodec.
 
 namespace precompute {
@@ -45,84 +45,102 @@ void check_cuda(cudaError_t error, const char* what) {
   }
 }
 
-// Makes `device` current for the scope: the decoding thread may be one of oneTBB's workers,
-// which run other work (LibTorch's included) that sets its own device.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
+// The driver calls that make a session's context current (Note [One CUDA context per
+// session]), found through the runtime so that the binary does not link libcuda, which
+// machines without a GPU lack.
+struct DriverCalls {
+  CUresult (*push)(CUcontext) = nullptr;
+  CUresult (*pop)(CUcontext*) = nullptr;
+};
 
- private:
-  int previous_ = 0;
+const DriverCalls& driver_calls() {
+  static const DriverCalls calls = [] {
+    DriverCalls c;
+    const auto find = [](const char* name) {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+      check_cuda(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found),
+                 name);
+      if (fn == nullptr || found != cudaDriverEntryPointSuccess) {
+        throw std::runtime_error(fmt::format("the CUDA driver has no {}", name));
+      }
+      return fn;
+    };
+    c.push = reinterpret_cast<CUresult (*)(CUcontext)>(find("cuCtxPushCurrent"));
+    c.pop = reinterpret_cast<CUresult (*)(CUcontext*)>(find("cuCtxPopCurrent"));
+    return c;
+  }();
+  return calls;
+}
+
+// Makes a session's context current on this thread for the scope: the CUDA runtime's calls
+// then act in it.
+class ContextScope {
+ public:
+  explicit ContextScope(CUcontext context) {
+    if (driver_calls().push(context) != CUDA_SUCCESS) {
+      throw std::runtime_error("cannot make the NVDEC session's CUDA context current");
+    }
+  }
+  ~ContextScope() {
+    CUcontext popped = nullptr;
+    driver_calls().pop(&popped);
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
 };
 
 }  // namespace
 
+// Note [One CUDA context per session]
+// Each session has a CUDA context of its own, made by FFmpeg, not the device's primary one that
+// LibTorch computes in. Measured on an H200 with ResNet-50 running: four sessions in the primary
+// context decoded about 300 frames/s between them, a quarter of what one session decodes alone,
+// because NVDEC's calls in a context wait behind the model's work in it. Separate contexts run
+// side by side. The cost is the contexts' memory (a few hundred MiB each) and their start-up,
+// once per session. The kernel, its stream and buffers live in the session's context too; only
+// host memory crosses.
+
 bool nvdec_built() { return true; }
 
 NvdecSession::NvdecSession(int device) : device_(device) {
-  DeviceScope scope(device);
-  // FFmpeg's own way to the primary context (av_hwdevice_ctx_create with primary_ctx) insists
-  // on its scheduling flags and refuses the context LibTorch has already started with others
-  // ("Primary context already active with incompatible flags"). So the context is handed over
-  // as it is: made current by the runtime, read back through the driver's cuCtxGetCurrent
-  // (found through the runtime, so the binary does not link libcuda, which machines without a
-  // GPU lack). FFmpeg does not destroy a context it was given.
-  check_cuda(cudaFree(nullptr), "starting CUDA");
-  void* get_current = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  check_cuda(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get_current, 12000,
-                                              cudaEnableDefault, &found),
-             "cudaGetDriverEntryPointByVersion(cuCtxGetCurrent)");
-  if (get_current == nullptr || found != cudaDriverEntryPointSuccess) {
-    throw std::runtime_error("the CUDA driver has no cuCtxGetCurrent");
-  }
-  CUcontext context = nullptr;
-  if (reinterpret_cast<CUresult (*)(CUcontext*)>(get_current)(&context) != CUDA_SUCCESS ||
-      context == nullptr) {
-    throw std::runtime_error(fmt::format("no CUDA context is current on cuda:{}", device));
-  }
-  cudaStream_t stream = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  stream_ = stream;
-  hw_device_ = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
-  if (hw_device_ == nullptr) {
-    cudaStreamDestroy(stream);
-    throw std::bad_alloc();
+  const int made = av_hwdevice_ctx_create(&hw_device_, AV_HWDEVICE_TYPE_CUDA,
+                                          std::to_string(device).c_str(), nullptr, 0);
+  if (made < 0) {
+    char text[AV_ERROR_MAX_STRING_SIZE] = {};
+    av_strerror(made, text, sizeof(text));
+    throw std::runtime_error(
+        fmt::format("cannot open FFmpeg's CUDA device on cuda:{} (av_hwdevice_ctx_create): {}",
+                    device, text));
   }
   auto* device_context = reinterpret_cast<AVHWDeviceContext*>(hw_device_->data);
   auto* cuda = static_cast<AVCUDADeviceContext*>(device_context->hwctx);
-  cuda->cuda_ctx = context;
-  // NVDEC maps each picture on this stream (FFmpeg reads it when it makes a decoder), and the
-  // kernel runs on it after the map: ordered without any other synchronisation.
+  context_ = cuda->cuda_ctx;
+  ContextScope scope(static_cast<CUcontext>(context_));
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = stream;
+  // NVDEC maps each picture on this stream (FFmpeg reads it when it makes a decoder, per file),
+  // and the kernel runs on it after the map: ordered without any other synchronisation.
   cuda->stream = stream;
-  const int made = av_hwdevice_ctx_init(hw_device_);
-  if (made < 0) {
-    av_buffer_unref(&hw_device_);
-    cudaStreamDestroy(stream);
-    stream_ = nullptr;
-    char text[AV_ERROR_MAX_STRING_SIZE] = {};
-    av_strerror(made, text, sizeof(text));
-    throw std::runtime_error(fmt::format(
-        "cannot set up FFmpeg's CUDA device on cuda:{} (av_hwdevice_ctx_init): {}", device, text));
-  }
 }
 
 NvdecSession::~NvdecSession() {
-  av_buffer_unref(&hw_device_);
-  cudaSetDevice(device_);
-  if (device_rgb_ != nullptr) cudaFree(device_rgb_);
-  if (host_rgb_ != nullptr) cudaFreeHost(host_rgb_);
-  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  if (context_ != nullptr) {
+    try {
+      ContextScope scope(static_cast<CUcontext>(context_));
+      if (device_rgb_ != nullptr) cudaFree(device_rgb_);
+      if (host_rgb_ != nullptr) cudaFreeHost(host_rgb_);
+      if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+    } catch (const std::exception&) {
+      // The context is going away with everything in it.
+    }
+  }
+  av_buffer_unref(&hw_device_);  // destroys the context FFmpeg made
 }
 
 void NvdecSession::to_rgb(const GpuRgbParams& params, uint8_t* out) {
-  DeviceScope scope(device_);
+  ContextScope scope(static_cast<CUcontext>(context_));
   const size_t bytes = size_t{3} * params.out_width * params.out_height;
   if (bytes > rgb_capacity_) {
     if (device_rgb_ != nullptr) cudaFree(device_rgb_);

@@ -1,9 +1,8 @@
 #pragma once
 // NVDEC sessions: the GPU's video decode engines, driven through FFmpeg's CUDA hwaccel (Note
 // [NVDEC through FFmpeg] in nvdec.cpp). A session is what one decoding thread needs to decode a
-// file on a GPU: FFmpeg's CUDA device (the GPU's primary context, shared with LibTorch, so that
-// the context is made once per process and not per file), its own CUDA stream, and the buffers
-// that carry a converted frame back. A pool holds a fixed number of sessions per GPU, made at
+// file on a GPU: FFmpeg's CUDA device (a CUDA context of its own, made once per session and not
+// per file), a CUDA stream, and the buffers that carry a converted frame back. A pool holds a fixed number of sessions per GPU, made at
 // start-up and reused for every file; a thread leases one for one file.
 //
 // Builds without CUDA have the pool type but cannot open one (nvdec_built() is false).
@@ -26,7 +25,7 @@ bool nvdec_built();
 
 class NvdecSession {
  public:
-  // Opens FFmpeg's CUDA device on GPU `device` (its primary context) with a stream of its own.
+  // Opens FFmpeg's CUDA device on GPU `device` (a context of its own) with a stream.
   // Throws std::runtime_error with FFmpeg's or CUDA's reason.
   explicit NvdecSession(int device);
   ~NvdecSession();
@@ -45,6 +44,7 @@ class NvdecSession {
  private:
   int device_;
   AVBufferRef* hw_device_ = nullptr;
+  void* context_ = nullptr;  // CUcontext, FFmpeg's (Note [One CUDA context per session])
   void* stream_ = nullptr;   // cudaStream_t
   uint8_t* device_rgb_ = nullptr;
   uint8_t* host_rgb_ = nullptr;  // pinned

@@ -38,7 +38,7 @@ class Pixels(torch.nn.Module):
 
 
 def export_models(work: Path) -> None:
-    torch.jit.script(Pixels()).save(str(work / "pixels.pt"))
+    torch.jit.trace(Pixels(), torch.rand(2, 3, 224, 224)).save(str(work / "pixels.pt"))
     import torchvision
     torch.manual_seed(0)
     net = torchvision.models.resnet18()
@@ -98,7 +98,8 @@ def main() -> int:
     ap.add_argument("--work", type=Path, required=True)
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    clips = sorted(p for p in args.clips.iterdir() if p.suffix in (".mp4", ".webm", ".mkv"))
+    clips = sorted(p.resolve() for p in args.clips.iterdir()
+                   if p.suffix in (".mp4", ".webm", ".mkv"))
     assert clips, f"no clips in {args.clips}: run tools/bench/make_video_clips.sh parity"
     export_models(args.work)
     failed = 0

@@ -56,6 +56,17 @@ if [[ " $stages " == *" parity "* ]]; then
   echo "parity: $((SECONDS - t0)) s"
 fi
 
+if [[ " $stages " == *" diag "* ]]; then
+  # Where an NVDEC file's time goes: 16 clips on one session, then on four, per-file times.
+  echo "==== NVDEC per-file times (log: $OUT/diag.log) ===="
+  for sessions in 1 4; do
+    "$python" tools/bench/video_throughput.py --binary build-gpu/tools/cli/precompute \
+      --out "$OUT/diag" --copies 2 --runs 1 --samplings nf4 --modes nvdec --no-peer \
+      --sessions "$sessions" --log-level debug 2>&1 | tee -a "$OUT/diag.log" | grep '"who"'
+    grep -h "ms: opened after" /tmp/video-bench/nvdec-nf4-0.log | head -n 6 | cut -c 1-260
+  done
+fi
+
 if [[ " $stages " == *" bench "* ]]; then
   echo "==== video throughput (log: $OUT/video_throughput.log) ===="
   t0=$SECONDS

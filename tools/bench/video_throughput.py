@@ -1,0 +1,234 @@
+"""Video throughput on the GPU machine: precompute in each decoder mode against NVIDIA's
+PyNvVideoCodec, same clips, same model, same run (tools/bench/run_gpu_video_bench.sh runs it).
+
+Workload (the issue's): every clip of --clips repeated --copies times (8 x 100 = 800 clips),
+sampled at 1 frame per second (fps1) or 4 frames spread over the clip (nf4), each frame resized to
+224x224 and normalised, ResNet-50 (random weights, fp16, torchvision's, TorchScript) on one GPU,
+frames mean-pooled per clip. precompute writes its HDF5 shards; the peer keeps its vectors in
+memory (it does less).
+
+Figures, each the median of --runs runs: clips/s over the whole process (start to exit: loading,
+CUDA start-up and writing included) and over the run alone (precompute's own timer; the peer's
+loop). Also precompute's decoded frames per clip and where its clips were decoded.
+
+The peer: PyNvVideoCodec 2.2 (NVDEC through NVIDIA's own bindings), one SimpleDecoder per thread
+reused across files (reconfigure_decoder), --peer-threads threads, frames fetched by index in one
+batch per clip, as RGB planar in device memory; resized on the GPU (bilinear, antialiased) and
+embedded by the same model in fp16. It is the strongest peer measured on this machine.
+
+Prints one JSON line per measurement and a table; writes $OUT/video_bench.json.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WORK = Path("/tmp/video-bench")
+SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s")
+DECODED = re.compile(r"video decoding: (\d+) frames decoded for (\d+) kept \(([\d.]+) per clip\)")
+ON_NVDEC = re.compile(r"(\d+) clip\(s\) on NVDEC")
+
+
+def export_model() -> Path:
+    path = WORK / "r50.pt"
+    if not path.exists():
+        import torch
+        import torchvision
+        torch.manual_seed(0)
+        m = torchvision.models.resnet50()
+        m.fc = torch.nn.Identity()
+        m.eval()
+        torch.jit.trace(m, torch.randn(2, 3, 224, 224)).save(str(path))
+    return path
+
+
+def clip_list(clips: Path, copies: int) -> list:
+    files = sorted(p for p in clips.iterdir() if p.suffix in (".mp4", ".mkv", ".webm"))
+    assert files, f"no clips in {clips}"
+    return [f for _ in range(copies) for f in files]
+
+
+def binary_env(binary: Path) -> dict:
+    env = dict(os.environ)
+    env_file = binary.parents[2] / "precompute-env.sh"
+    if env_file.exists():
+        r = subprocess.run(["bash", "-c", f'. "{env_file}" && printf %s "$LD_LIBRARY_PATH"'],
+                           capture_output=True, text=True, check=True)
+        env["LD_LIBRARY_PATH"] = r.stdout
+    return env
+
+
+def run_precompute(binary: Path, model: Path, files: list, sampling: str, decoder: str,
+                   sessions: int, devices: list, tag: str, video_extra: dict,
+                   log_level: str = "info") -> dict:
+    manifest = WORK / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps({"id": f"c{i:06d}", "video": str(f)}) + "\n"
+                                for i, f in enumerate(files)))
+    out = WORK / f"out-{tag}"
+    config = {
+        "input": {"manifest": str(manifest)},
+        "output": {"path": str(out), "overwrite": True},
+        "run": {"device": devices},
+        "video": {"encoder": {"path": str(model)}, "dtype": "float16", "size": 224,
+                  "sampling": {"fps": 1} if sampling == "fps1" else {"num_frames": 4},
+                  "pooling": "mean", "decoder": decoder, "nvdec_sessions": sessions,
+                  "batch_size": 64} | video_extra,
+    }
+    config_path = WORK / f"{tag}.yaml"
+    config_path.write_text(json.dumps(config))
+    t = time.perf_counter()
+    r = subprocess.run([str(binary), "run", "--config", str(config_path), "--progress-interval",
+                        "0", "--log-level", log_level], capture_output=True, text=True,
+                       env=binary_env(binary), timeout=900)
+    wall = time.perf_counter() - t
+    (WORK / f"{tag}.log").write_text(r.stderr)
+    if r.returncode != 0:
+        raise RuntimeError(f"precompute {tag}: exit {r.returncode}: {r.stderr[-2000:]}")
+    line = [ln for ln in r.stderr.splitlines() if "done:" in ln][-1]
+    m = SUMMARY.search(line)
+    n, run_s = int(m.group(1)), float(m.group(2))
+    d = DECODED.search(line)
+    g = ON_NVDEC.search(line)
+    return {"clips": n, "whole_s": wall, "run_s": run_s,
+            "decoded_per_clip": float(d.group(3)) if d else None,
+            "on_nvdec": int(g.group(1)) if g else 0, "summary": line.strip()}
+
+
+PEER = r'''
+import json, sys, threading, time, concurrent.futures as cf
+import torch, torch.nn.functional as F
+import PyNvVideoCodec as nvc
+model, listing, sampling, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+files = open(listing).read().split("\n")[:-1]
+net = torch.jit.load(model).cuda().half().eval()
+mean = torch.tensor([0.485, 0.456, 0.406], device="cuda").view(1, 3, 1, 1) * 255
+std = torch.tensor([0.229, 0.224, 0.225], device="cuda").view(1, 3, 1, 1) * 255
+with torch.inference_mode():
+    net(torch.randn(32, 3, 224, 224, device="cuda").half())
+torch.cuda.synchronize()
+local = threading.local()
+
+def times(duration):
+    if sampling == "fps1":
+        return [k + 0.5 for k in range(max(1, int(duration)))]
+    return [(k + 0.5) * duration / 4 for k in range(4)]
+
+def one(path):
+    if not hasattr(local, "decoder"):
+        local.decoder = nvc.SimpleDecoder(path, gpu_id=0, use_device_memory=True,
+                                          output_color_type=nvc.OutputColorType.RGBP)
+    else:
+        local.decoder.reconfigure_decoder(path)
+    d = local.decoder
+    n = len(d)
+    meta = d.get_stream_metadata()
+    fps = getattr(meta, "average_fps", None) or getattr(meta, "avg_frame_rate", None) or 30.0
+    index = [min(n - 1, int(t * fps)) for t in times(n / fps)]
+    frames = d.get_batch_frames_by_index(index)
+    x = torch.stack([torch.from_dlpack(f) for f in frames])
+    if x.shape[-1] == 3:
+        x = x.permute(0, 3, 1, 2)
+    with torch.inference_mode():
+        x = F.interpolate(x.float(), size=(224, 224), mode="bilinear", antialias=True)
+        v = net(((x - mean) / std).half()).mean(0).float().cpu()
+    return x.shape[0]
+
+t = time.perf_counter()
+with cf.ThreadPoolExecutor(threads) as ex:
+    frames = sum(ex.map(one, files))
+print(json.dumps({"run_s": time.perf_counter() - t, "frames": frames}))
+'''
+
+
+def run_peer(model: Path, files: list, sampling: str, threads: int) -> dict:
+    listing = WORK / "peer-files.txt"
+    listing.write_text("".join(f"{f}\n" for f in files))
+    script = WORK / "peer_pynvc.py"
+    script.write_text(PEER)
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, str(script), str(model), str(listing), sampling,
+                        str(threads)], capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - t
+    if r.returncode != 0:
+        raise RuntimeError(f"PyNvVideoCodec: exit {r.returncode}: {r.stderr[-2000:]}")
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"clips": len(files), "whole_s": wall, "run_s": got["run_s"], "frames": got["frames"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    ap.add_argument("--clips", type=Path, default=Path("bench-data/h264_720p"))
+    ap.add_argument("--copies", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--samplings", default="fps1,nf4")
+    ap.add_argument("--modes", default="auto,nvdec,cpu")
+    ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--devices", default="cuda:0")
+    ap.add_argument("--peer-threads", type=int, default=8)
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--log-level", default="info", help="precompute's (debug: time per file)")
+    ap.add_argument("--video-json", default="{}", help="more video keys, e.g. '{\"seek\": false}'")
+    ap.add_argument("--one-run-modes", default="nvdec,cpu",
+                    help="modes measured once (the others --runs times)")
+    args = ap.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    model = export_model()
+    files = clip_list(args.clips.resolve(), args.copies)
+    devices = args.devices.split(",")
+    one_run = set(args.one_run_modes.split(",")) if args.one_run_modes else set()
+    results = []
+    failed = 0
+
+    def record(who: str, sampling: str, runs: list) -> None:
+        row = {"who": who, "sampling": sampling, "clips": runs[0]["clips"], "runs": len(runs),
+               "whole_clips_per_s": round(statistics.median(r["clips"] / r["whole_s"]
+                                                            for r in runs), 2),
+               "run_clips_per_s": round(statistics.median(r["clips"] / r["run_s"]
+                                                          for r in runs), 2),
+               "each": runs}
+        results.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "each"} |
+                         {"extra": {k: runs[-1].get(k) for k in ("decoded_per_clip", "on_nvdec",
+                                                                  "frames")}}), flush=True)
+
+    for sampling in args.samplings.split(","):
+        if not args.no_peer:
+            try:
+                record(f"PyNvVideoCodec {args.peer_threads} threads", sampling,
+                       [run_peer(model, files, sampling, args.peer_threads)
+                        for _ in range(args.runs)])
+            except Exception as e:  # the table says what failed; the rest still runs
+                failed += 1
+                print(json.dumps({"who": "PyNvVideoCodec", "sampling": sampling,
+                                  "error": str(e)[-1500:]}), flush=True)
+        for mode in args.modes.split(","):
+            n = 1 if mode in one_run else args.runs
+            try:
+                record(f"precompute {mode} ({','.join(devices)})", sampling,
+                       [run_precompute(args.binary, model, files, sampling, mode, args.sessions,
+                                       devices, f"{mode}-{sampling}-{k}",
+                                       json.loads(args.video_json), args.log_level)
+                        for k in range(n)])
+            except Exception as e:
+                failed += 1
+                print(json.dumps({"who": f"precompute {mode}", "sampling": sampling,
+                                  "error": str(e)[-1500:]}), flush=True)
+
+    (args.out / "video_bench.json").write_text(json.dumps(results, indent=1))
+    print(f"\n{'who':44} {'sampling':8} {'runs':>4} {'whole clips/s':>14} {'run clips/s':>12}")
+    for r in results:
+        print(f"{r['who']:44} {r['sampling']:8} {r['runs']:>4} {r['whole_clips_per_s']:>14} "
+              f"{r['run_clips_per_s']:>12}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
