@@ -189,7 +189,8 @@ void check_usable_input(const std::vector<SampleSpec>& samples, const Config& co
 // Note [Refuse before touching the output]
 // The order below is deliberate: the input is read, the folder is locked (which only creates
 // it and its lock file), the earlier run's index is read without changing anything for the
-// checks that may refuse a resume, the encoders are loaded and the memory budget calibrated.
+// checks that may refuse a resume, the encoders are loaded (and the decoders and tokenizer set
+// up) and the memory budget calibrated.
 // Only then are earlier files removed (--overwrite) or repaired (a resume), so a run that is
 // refused leaves the earlier output as it was.
 
@@ -228,6 +229,9 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   spdlog::info("compute: {}", describe_devices());
   const auto load_started = std::chrono::steady_clock::now();
   const auto pools = load_encoders(config);
+  // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
+  // which may refuse the run.
+  SamplePreparer preparer(config, stats);
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_started).count();
 
@@ -312,7 +316,6 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   spdlog::info("pipeline: {} decode threads, {} samples in flight at most, shards of {} samples",
                decode_threads, settings.max_in_flight, config.output.shard_size);
 
-  SamplePreparer preparer(config, stats);
   InflightJournal journal(config.output.path, decode_threads);
   ContainedPreparer contained(preparer, journal, read_quarantine(config.output.path),
                               {config.video.enabled, config.audio.enabled, config.text.enabled});

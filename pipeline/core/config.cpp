@@ -300,6 +300,24 @@ void check_keys(const Node& n, std::initializer_list<const char*> known) {
   }
 }
 
+// A user's string as a message shows it: control characters and bytes past ASCII as \xHH, so
+// that a NUL does not cut the message short and a terminal shows what is wrong.
+std::string shown(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char ch : text) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (byte < 0x20 || byte >= 0x7F) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xF];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 template <class Enum, size_t N>
 Enum read_enum(const Node& n, const std::array<std::pair<const char*, Enum>, N>& names) {
   const auto text = read_string(n);
@@ -308,7 +326,8 @@ Enum read_enum(const Node& n, const std::array<std::pair<const char*, Enum>, N>&
     if (text == name) return value;
     list << (list.tellp() > 0 ? ", " : "") << name;
   }
-  PC_THROW(ConfigError, "config key '", n.path, "' is '", text, "'; use one of: ", list.str());
+  PC_THROW(ConfigError, "config key '", n.path, "' is '", shown(text), "'; use one of: ",
+           list.str());
 }
 
 std::filesystem::path read_path(const Node& n, const std::filesystem::path& base) {
@@ -702,13 +721,14 @@ namespace {
 void validate_device(const std::string& device, const std::string& key) {
   const bool cpu = device == "cpu";
   bool cuda = device == "cuda";
-  if (!cuda && device.rfind("cuda:", 0) == 0 && device.size() > 5) {
+  // At most 4 digits: a device number past any machine's, without overflowing an int.
+  if (!cuda && device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() <= 9) {
     cuda = std::all_of(device.begin() + 5, device.end(), [](char ch) {
       return ch >= '0' && ch <= '9';
     });
   }
-  PC_CHECK(cpu || cuda, ConfigError, "config key '", key, "' has device '", device,
-           "'; use cpu, cuda or cuda:N");
+  PC_CHECK(cpu || cuda, ConfigError, "config key '", key, "' has device '", shown(device),
+           "'; use cpu, cuda or cuda:N (N from 0 to 9999)");
 }
 
 void validate_encoder(const EncoderSection& s, const std::string& name,

@@ -103,7 +103,10 @@ struct VideoSection : EncoderSection {
   int64_t max_decoded_frames = 1000000;  // frames through the decoder per sample: too_long
   bool autorotate = true;          // apply the stream's display matrix (rotation, flips)
   bool seek = true;                // seek to keyframes and drop frames nobody keeps (same frames)
-  VideoDecoderKind decoder = VideoDecoderKind::kAuto;
+  // cpu by default: through FFmpeg's hwaccel, NVDEC decodes far slower than the CPU decoders
+  // on the reference machine (3 clips/s against 97; docs/benchmarks.md, "NVDEC"), and under
+  // auto its sessions hold files the CPU would finish sooner.
+  VideoDecoderKind decoder = VideoDecoderKind::kCpu;
   int nvdec_sessions = 4;          // NVDEC sessions per GPU of video.device
 };
 

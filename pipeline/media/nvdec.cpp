@@ -94,12 +94,13 @@ class ContextScope {
 
 // Note [One CUDA context per session]
 // Each session has a CUDA context of its own, made by FFmpeg, not the device's primary one that
-// LibTorch computes in. Measured on an H200 with ResNet-50 running: four sessions in the primary
-// context decoded about 300 frames/s between them, a quarter of what one session decodes alone,
-// because NVDEC's calls in a context wait behind the model's work in it. Separate contexts run
-// side by side. The cost is the contexts' memory (a few hundred MiB each) and their start-up,
-// once per session. The kernel, its stream and buffers live in the session's context too; only
-// host memory crosses.
+// LibTorch computes in: a CUDA error while decoding a broken file is then the session's and
+// cannot leave LibTorch's context unusable for the encoders, and FFmpeg's context flags need not
+// match LibTorch's (FFmpeg refuses a primary context started with other flags). It is not for
+// speed: on an H200 with ResNet-50 running, 4 sessions decoded 3.3 clips/s in their own contexts
+// and 3.1 in the primary one (docs/benchmarks.md, "NVDEC"). The cost is each context's memory
+// and its start-up, once per session. The kernel, its stream and buffers live in the session's
+// context too; only host memory crosses.
 
 bool nvdec_built() { return true; }
 

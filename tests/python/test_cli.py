@@ -131,3 +131,31 @@ def test_a_failing_sample_fails_alone_in_its_batch(binary, small, probes, tmp_pa
     assert set(out.samples) == {"r", "g"}
     assert [(f["id"], f["category"]) for f in out.failures] == [("w", "encode_error")]
     assert "refuses white frames" in out.failures[0]["message"]
+
+
+def test_video_decoder_choice_without_a_gpu(binary, small, tmp_path):
+    """video.decoder on a machine (or device list) without CUDA: nvdec is refused before any
+    work, naming the key and the way out; auto decodes on the CPU and says so, with the same
+    embeddings as cpu. (NVDEC itself: tests/gpu/nvdec_parity.py on the GPU machine.)"""
+    small["video"]["decoder"] = "nvdec"
+    r = run_precompute(binary, tmp_path, small, expect=2)
+    assert "video.decoder: nvdec, but" in r.stderr and "video.decoder: auto" in r.stderr
+    assert not (tmp_path / "out" / "index.json").exists()
+    small["video"]["decoder"] = "cpu"
+    run_precompute(binary, tmp_path, small, "--max-failures", "50%")
+    cpu = read_output(tmp_path / "out")
+    small["video"]["decoder"] = "auto"
+    small["video"]["nvdec_sessions"] = 64
+    r = run_precompute(binary, tmp_path, small, "--max-failures", "50%", "--overwrite")
+    assert "video decoding: on the CPU (" in r.stderr
+    auto = read_output(tmp_path / "out")
+    assert (auto.samples["a"]["video"]["vector"] == cpu.samples["a"]["video"]["vector"]).all()
+    for bad in (0, -1, 65, 1e300, "many", ""):
+        small["video"]["nvdec_sessions"] = bad
+        r = run_precompute(binary, tmp_path, small, expect=2)
+        assert "video.nvdec_sessions" in r.stderr, (bad, r.stderr[-500:])
+    small["video"]["nvdec_sessions"] = 4
+    for bad in ("gpu", "", "NVDEC", "nvdec\u0000"):
+        small["video"]["decoder"] = bad
+        r = run_precompute(binary, tmp_path, small, expect=2)
+        assert "video.decoder" in r.stderr and "auto, cpu, nvdec" in r.stderr, (bad, r.stderr)

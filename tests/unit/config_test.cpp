@@ -87,7 +87,9 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheChoices) {
 
 TEST(ConfigTest, VideoDecoderChoices) {
   const std::string base = "video: {encoder: {path: v.pt}, sampling: {fps: 1}";
-  EXPECT_EQ(parse_config(base + "}\n", "/x").video.decoder, VideoDecoderKind::kAuto);
+  EXPECT_EQ(parse_config(base + "}\n", "/x").video.decoder, VideoDecoderKind::kCpu);
+  EXPECT_EQ(parse_config(base + ", decoder: auto}\n", "/x").video.decoder,
+            VideoDecoderKind::kAuto);
   EXPECT_EQ(parse_config(base + "}\n", "/x").video.nvdec_sessions, 4);
   EXPECT_EQ(parse_config(base + ", decoder: cpu}\n", "/x").video.decoder, VideoDecoderKind::kCpu);
   const Config nvdec = parse_config(base + ", decoder: nvdec, nvdec_sessions: 7}\n", "/x");
@@ -99,6 +101,31 @@ TEST(ConfigTest, VideoDecoderChoices) {
   // Where frames are decoded is not what they mean: a resume may switch decoders.
   EXPECT_EQ(semantic_config_json(parse_config(base + ", decoder: cpu}\n", "/x")),
             semantic_config_json(parse_config(base + ", decoder: nvdec}\n", "/x")));
+}
+
+TEST(ConfigTest, DevicesAndChoicesAreShownWithoutCuttingOrOverflowing) {
+  const auto validate_error = [](const std::string& yaml) -> std::string {
+    try {
+      validate(parse_config(yaml, "/x"));
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string video =
+      "input: {manifest: m.jsonl}\noutput: {path: out}\n"
+      "video: {encoder: {path: " + std::string(PRECOMPUTE_SOURCE_DIR) +
+      "/CMakeLists.txt}, sampling: {fps: 1}, device: ";
+  // Past an int: refused as a device, not an overflow later.
+  auto e = validate_error(video + "'cuda:99999999999'}\n");
+  EXPECT_NE(e.find("has device 'cuda:99999999999'; use cpu, cuda or cuda:N"), std::string::npos)
+      << e;
+  EXPECT_EQ(validate_error(video + "'cuda:9999'}\n").find("has device"), std::string::npos);
+  // A NUL is shown, and the message goes on past it.
+  e = validate_error(video + "\"cuda:1\\0\"}\n");
+  EXPECT_NE(e.find("'cuda:1\\x00'; use cpu"), std::string::npos) << e;
+  e = error_of("video: {decoder: \"cpu\\0\"}");
+  EXPECT_NE(e.find("is 'cpu\\x00'; use one of: auto, cpu, nvdec"), std::string::npos) << e;
 }
 
 TEST(ConfigTest, ValidateExplainsMissingPieces) {
