@@ -116,23 +116,23 @@ NvdecSession::NvdecSession(int device) : device_(device) {
   }
   auto* device_context = reinterpret_cast<AVHWDeviceContext*>(hw_device_->data);
   auto* cuda = static_cast<AVCUDADeviceContext*>(device_context->hwctx);
-  context_ = cuda->cuda_ctx;
-  ContextScope scope(static_cast<CUcontext>(context_));
+  cuda_.context = cuda->cuda_ctx;
+  ContextScope scope(static_cast<CUcontext>(cuda_.context));
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  stream_ = stream;
+  cuda_.stream = stream;
   // NVDEC maps each picture on this stream (FFmpeg reads it when it makes a decoder, per file),
   // and the kernel runs on it after the map: ordered without any other synchronisation.
   cuda->stream = stream;
 }
 
 NvdecSession::~NvdecSession() {
-  if (context_ != nullptr) {
+  if (cuda_.context != nullptr) {
     try {
-      ContextScope scope(static_cast<CUcontext>(context_));
-      if (device_rgb_ != nullptr) cudaFree(device_rgb_);
-      if (host_rgb_ != nullptr) cudaFreeHost(host_rgb_);
-      if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+      ContextScope scope(static_cast<CUcontext>(cuda_.context));
+      if (cuda_.device_rgb != nullptr) cudaFree(cuda_.device_rgb);
+      if (cuda_.host_rgb != nullptr) cudaFreeHost(cuda_.host_rgb);
+      if (cuda_.stream != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(cuda_.stream));
     } catch (const std::exception&) {
       // The context is going away with everything in it.
     }
@@ -141,25 +141,26 @@ NvdecSession::~NvdecSession() {
 }
 
 void NvdecSession::to_rgb(const GpuRgbParams& params, uint8_t* out) {
-  ContextScope scope(static_cast<CUcontext>(context_));
+  ContextScope scope(static_cast<CUcontext>(cuda_.context));
   const size_t bytes = size_t{3} * params.out_width * params.out_height;
-  if (bytes > rgb_capacity_) {
-    if (device_rgb_ != nullptr) cudaFree(device_rgb_);
-    if (host_rgb_ != nullptr) cudaFreeHost(host_rgb_);
-    device_rgb_ = nullptr;
-    host_rgb_ = nullptr;
-    rgb_capacity_ = 0;
-    check_cuda(cudaMalloc(&device_rgb_, bytes), "cudaMalloc");
-    check_cuda(cudaMallocHost(&host_rgb_, bytes), "cudaMallocHost");
-    rgb_capacity_ = bytes;
+  if (bytes > cuda_.rgb_capacity) {
+    if (cuda_.device_rgb != nullptr) cudaFree(cuda_.device_rgb);
+    if (cuda_.host_rgb != nullptr) cudaFreeHost(cuda_.host_rgb);
+    cuda_.device_rgb = nullptr;
+    cuda_.host_rgb = nullptr;
+    cuda_.rgb_capacity = 0;
+    check_cuda(cudaMalloc(&cuda_.device_rgb, bytes), "cudaMalloc");
+    check_cuda(cudaMallocHost(&cuda_.host_rgb, bytes), "cudaMallocHost");
+    cuda_.rgb_capacity = bytes;
   }
-  auto stream = static_cast<cudaStream_t>(stream_);
-  check_cuda(static_cast<cudaError_t>(launch_gpu_rgb(params, device_rgb_, stream)),
+  auto stream = static_cast<cudaStream_t>(cuda_.stream);
+  check_cuda(static_cast<cudaError_t>(launch_gpu_rgb(params, cuda_.device_rgb, stream)),
              "the RGB conversion kernel");
-  check_cuda(cudaMemcpyAsync(host_rgb_, device_rgb_, bytes, cudaMemcpyDeviceToHost, stream),
-             "cudaMemcpyAsync");
+  check_cuda(
+      cudaMemcpyAsync(cuda_.host_rgb, cuda_.device_rgb, bytes, cudaMemcpyDeviceToHost, stream),
+      "cudaMemcpyAsync");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  std::memcpy(out, host_rgb_, bytes);
+  std::memcpy(out, cuda_.host_rgb, bytes);
 }
 
 #else

@@ -44,11 +44,14 @@ class NvdecSession {
  private:
   int device_;
   AVBufferRef* hw_device_ = nullptr;
-  void* context_ = nullptr;  // CUcontext, FFmpeg's (Note [One CUDA context per session])
-  void* stream_ = nullptr;   // cudaStream_t
-  uint8_t* device_rgb_ = nullptr;
-  uint8_t* host_rgb_ = nullptr;  // pinned
-  size_t rgb_capacity_ = 0;
+  // The CUDA objects (none in builds without CUDA).
+  struct Cuda {
+    void* context = nullptr;  // CUcontext, FFmpeg's (Note [One CUDA context per session])
+    void* stream = nullptr;   // cudaStream_t
+    uint8_t* device_rgb = nullptr;
+    uint8_t* host_rgb = nullptr;  // pinned
+    size_t rgb_capacity = 0;
+  } cuda_;
 };
 
 class NvdecPool {
