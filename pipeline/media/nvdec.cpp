@@ -194,15 +194,16 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
       }
     }
   }
-  // Taken from the back: reversed, the first lease gets the first session.
-  for (auto it = sessions_.rbegin(); it != sessions_.rend(); ++it) free_.push_back(it->get());
+  for (const auto& session : sessions_) free_.push_back(session.get());
 }
 
 NvdecPool::~NvdecPool() = default;
 
 NvdecSession* NvdecPool::take_locked() {
-  NvdecSession* session = free_.back();
-  free_.pop_back();
+  // First in, first out: leases go round the sessions, and so round the GPUs (Note [Every
+  // device gets batches] in pipeline/stages/encode_stage.cpp).
+  NvdecSession* session = free_.front();
+  free_.pop_front();
   return session;
 }
 

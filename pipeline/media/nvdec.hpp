@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -94,7 +95,7 @@ class NvdecPool {
   std::vector<int> devices_;
   std::mutex mutex_;
   std::condition_variable freed_;
-  std::vector<NvdecSession*> free_;  // ordered so that consecutive leases alternate GPUs
+  std::deque<NvdecSession*> free_;  // first in, first out; GPUs interleaved
 };
 
 }  // namespace precompute

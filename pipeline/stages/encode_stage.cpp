@@ -13,8 +13,17 @@ namespace precompute {
 EncoderPool::EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders)
     : encoders_(std::move(encoders)) {
   PC_ASSERT(!encoders_.empty(), "an encoder pool needs an encoder");
-  for (auto& e : encoders_) {
-    for (int call = 0; call < e->info().concurrent_calls; ++call) free_.push_back(e.get());
+  // Note [Every device gets batches]
+  // Calls are handed out first in, first out, and the pool starts with the devices
+  // interleaved, so that batches go round the devices. Handing out the last one returned (as a
+  // stack would) gave every batch to one GPU whenever batches came slower than the GPU took
+  // them, as video's do when decoding is the bound: on two GPUs, cuda:0 got none.
+  int most_calls = 0;
+  for (auto& e : encoders_) most_calls = std::max(most_calls, e->info().concurrent_calls);
+  for (int call = 0; call < most_calls; ++call) {
+    for (auto& e : encoders_) {
+      if (call < e->info().concurrent_calls) free_.push_back(e.get());
+    }
   }
   size_ = free_.size();
 }
@@ -22,8 +31,8 @@ EncoderPool::EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders)
 Encoder* EncoderPool::acquire() {
   std::unique_lock lock(mutex_);
   available_.wait(lock, [&] { return !free_.empty(); });
-  Encoder* e = free_.back();
-  free_.pop_back();
+  Encoder* e = free_.front();
+  free_.pop_front();
   return e;
 }
 

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <shared_mutex>
 #include <mutex>
@@ -48,7 +49,7 @@ class EncoderPool {
   void release(Encoder* encoder);
 
   std::vector<std::unique_ptr<Encoder>> encoders_;
-  std::vector<Encoder*> free_;
+  std::deque<Encoder*> free_;  // first in, first out (Note [Every device gets batches])
   size_t size_ = 0;
   std::mutex mutex_;
   std::condition_variable available_;
