@@ -1,11 +1,14 @@
 # Warnings, sanitizers, fuzzing instrumentation and ccache for every target of the project.
 
+# ccache is the user's choice (-DPRECOMPUTE_USE_CCACHE=ON), never switched on behind their back.
 if(PRECOMPUTE_USE_CCACHE)
   find_program(PRECOMPUTE_CCACHE ccache)
-  if(PRECOMPUTE_CCACHE)
-    set(CMAKE_C_COMPILER_LAUNCHER "${PRECOMPUTE_CCACHE}")
-    set(CMAKE_CXX_COMPILER_LAUNCHER "${PRECOMPUTE_CCACHE}")
+  if(NOT PRECOMPUTE_CCACHE)
+    message(FATAL_ERROR "PRECOMPUTE_USE_CCACHE=ON but ccache is not installed "
+                        "(apt-get install ccache), or configure without it")
   endif()
+  set(CMAKE_C_COMPILER_LAUNCHER "${PRECOMPUTE_CCACHE}")
+  set(CMAKE_CXX_COMPILER_LAUNCHER "${PRECOMPUTE_CCACHE}")
 endif()
 
 add_library(precompute_options INTERFACE)

@@ -8,8 +8,26 @@
 # and never include spdlog.
 
 find_package(PkgConfig REQUIRED)
-pkg_check_modules(FFMPEG REQUIRED IMPORTED_TARGET
-  libavformat libavcodec libavutil libswscale libswresample)
+# FFmpeg 5.1 or newer: the audio decoder uses the AVChannelLayout API, new in 5.1. The library
+# versions of the 5.1 release:
+set(_ffmpeg_minimum libavformat>=59.27.100 libavcodec>=59.37.100 libavutil>=57.28.100
+                    libswscale>=6.7.100 libswresample>=4.7.100)
+pkg_check_modules(FFMPEG IMPORTED_TARGET ${_ffmpeg_minimum})
+if(NOT FFMPEG_FOUND)
+  set(_found "")
+  foreach(_lib libavformat libavcodec libavutil libswscale libswresample)
+    pkg_get_variable(_version ${_lib} version)
+    if(_version)
+      string(APPEND _found " ${_lib} ${_version}")
+    else()
+      string(APPEND _found " ${_lib} (none)")
+    endif()
+  endforeach()
+  message(FATAL_ERROR "precompute needs FFmpeg 5.1 or newer (${_ffmpeg_minimum}); pkg-config "
+                      "found:${_found}. On Debian 12: apt-get install libavformat-dev "
+                      "libavcodec-dev libavutil-dev libswscale-dev libswresample-dev; elsewhere "
+                      "point PKG_CONFIG_PATH at an FFmpeg 5.1+ installation.")
+endif()
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 
 find_package(HDF5 REQUIRED COMPONENTS C)
@@ -94,5 +112,12 @@ else()
   target_compile_definitions(torch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_torch_abi})
   execute_process(COMMAND "${PRECOMPUTE_PYTHON}" -c "import torch; print(torch.__version__)"
                   OUTPUT_VARIABLE Torch_VERSION OUTPUT_STRIP_TRAILING_WHITESPACE)
+endif()
+# Where the installed binary finds LibTorch (tools/cli's install rules): CMake leaves link
+# folders inside the source tree, such as the project venv, out of the install RPATH.
+if(TORCH_INSTALL_PREFIX)
+  set(PRECOMPUTE_TORCH_LIBDIR "${TORCH_INSTALL_PREFIX}/lib")
+else()
+  set(PRECOMPUTE_TORCH_LIBDIR "${_torch_root}/lib")
 endif()
 message(STATUS "precompute: LibTorch ${Torch_VERSION} from ${_torch_prefix}, CUDA: ${PRECOMPUTE_WITH_CUDA}")

