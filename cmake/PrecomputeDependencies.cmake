@@ -16,14 +16,17 @@ pkg_check_modules(FFMPEG IMPORTED_TARGET ${_ffmpeg_minimum})
 if(NOT FFMPEG_FOUND)
   set(_found "")
   foreach(_lib libavformat libavcodec libavutil libswscale libswresample)
-    pkg_get_variable(_version ${_lib} version)
-    if(_version)
+    execute_process(COMMAND "${PKG_CONFIG_EXECUTABLE}" --modversion ${_lib}
+                    OUTPUT_VARIABLE _version OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE _rc ERROR_QUIET)
+    if(_rc EQUAL 0)
       string(APPEND _found " ${_lib} ${_version}")
     else()
       string(APPEND _found " ${_lib} (none)")
     endif()
   endforeach()
-  message(FATAL_ERROR "precompute needs FFmpeg 5.1 or newer (${_ffmpeg_minimum}); pkg-config "
+  list(JOIN _ffmpeg_minimum " " _wanted)
+  message(FATAL_ERROR "precompute needs FFmpeg 5.1 or newer (${_wanted}); pkg-config "
                       "found:${_found}. On Debian 12: apt-get install libavformat-dev "
                       "libavcodec-dev libavutil-dev libswscale-dev libswresample-dev; elsewhere "
                       "point PKG_CONFIG_PATH at an FFmpeg 5.1+ installation.")

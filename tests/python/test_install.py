@@ -28,3 +28,25 @@ def test_install_puts_a_working_binary_and_the_shared_files_under_the_prefix(bin
     assert "not found" not in ldd.stdout, ldd.stdout
     assert str(BUILD) not in ldd.stdout, "the installed binary still loads from the build tree"
     shutil.rmtree(prefix)
+
+
+def test_configure_refuses_ffmpeg_older_than_5_1(tmp_path):
+    """FFmpeg 5.0's libraries (as pkg-config describes them) stop the configure step with the
+    versions found and what to install, instead of failing later in the compiler."""
+    from conftest import ROOT
+    pc = tmp_path / "pc"
+    pc.mkdir()
+    old = {"libavformat": "59.16.100", "libavcodec": "59.18.100", "libavutil": "57.17.100",
+           "libswscale": "6.4.100", "libswresample": "4.3.100"}
+    for name, version in old.items():
+        (pc / f"{name}.pc").write_text(
+            f"prefix=/nonexistent\nName: {name}\nDescription: FFmpeg 5.0\nVersion: {version}\n"
+            f"Libs: -L/nonexistent -l{name[3:]}\nCflags: -I/nonexistent\n")
+    env = dict(os.environ, PKG_CONFIG_PATH=str(pc))
+    r = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(tmp_path / "build"), "-G", "Ninja",
+                        "-DPRECOMPUTE_WITH_TORCH=OFF", "-DPRECOMPUTE_BUILD_TESTS=OFF"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    message = " ".join(r.stderr.split())  # CMake wraps long messages
+    assert "precompute needs FFmpeg 5.1 or newer" in message, r.stderr[-3000:]
+    assert "libavcodec 59.18.100" in message, r.stderr[-3000:]
