@@ -21,9 +21,9 @@ namespace precompute {
 
 // Note [Crash containment]
 // FFmpeg's interrupt callback bounds I/O, not a decoder looping inside one packet, and a
-// decoder that crashes takes the whole process with it (../shared/RELIABILITY.md). Decoding in
-// separate processes would cost a copy of every decoded frame; instead the run stays one
-// process and makes its death cheap and attributable:
+// decoder that crashes takes the whole process with it (docs/reliability.md, "What HDF5 and
+// FFmpeg do on their own"). Decoding in separate processes would cost a copy of every decoded
+// frame; instead the run stays one process and makes its death cheap and attributable:
 // - every sample being prepared has a slot in .precompute.inflight, a small file mapped into
 //   memory (a store per sample, no system call);
 // - a watchdog thread ends the process with exit code 75 when a slot is older than the time

@@ -28,7 +28,7 @@ namespace precompute {
 // listed shards whose bytes still hash to what was recorded, deletes everything else of ours,
 // and the runner redoes the sample ranges not covered. Checking the hash before HDF5 ever opens
 // a shard matters: HDF5 may crash or read phantom rows from a damaged file
-// (../shared/RELIABILITY.md).
+// (docs/reliability.md).
 //
 // One writer: the lock is flock() on .precompute.lock, which the kernel releases when the
 // holder dies, so a kill -9 never leaves a stale lock. HDF5's own file locks cannot go stale

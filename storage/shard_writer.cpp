@@ -264,7 +264,8 @@ class ShardImageBuilder {
 std::string ShardImageBuilder::build(const ShardContents& contents) {
   // Note [Shard in memory]: the core driver without a backing store keeps the whole file in
   // memory, so HDF5 never writes to the output folder; the image is committed by
-  // write_file_atomically() instead (RELIABILITY.md, "HDF5 is not crash-safe by itself").
+  // write_file_atomically() instead (docs/reliability.md, "HDF5 is not crash-safe
+  // by itself").
   // The core driver grows its buffer in steps of this size: one step of about the whole image
   // avoids reallocating and copying it as it grows.
   const size_t element_bytes = meta_.dtype == StorageDtype::kFloat16 ? 2 : 4;

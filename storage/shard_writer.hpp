@@ -1,7 +1,8 @@
 #pragma once
 // Writes one shard: the HDF5 file is built in memory with HDF5's core driver (so that HDF5 never
 // touches the output folder), then its image is committed by write_file_atomically(): temp file,
-// fsync, rename, folder fsync (see ../shared/RELIABILITY.md, "HDF5 is not crash-safe by itself").
+// fsync, rename, folder fsync (docs/reliability.md, "HDF5 is not crash-safe by
+// itself").
 // Not thread-safe: one writer thread owns it (HDF5 is not concurrent).
 
 #include <cstdint>

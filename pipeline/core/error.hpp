@@ -1,5 +1,5 @@
 #pragma once
-// The project's one exception hierarchy and its two kinds of checks (STYLE.md, "Do this" 4):
+// The project's one exception hierarchy and its two kinds of checks:
 // PC_CHECK for bad input, config or data, which the user can fix and which must name the input
 // and the fix; PC_ASSERT for invariants of our own code, which only a bug can break.
 

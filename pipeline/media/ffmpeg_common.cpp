@@ -85,9 +85,9 @@ void set_log_level_once() {
 // parses the path as a URL, and its io_open callback refuses every other file or URL a demuxer
 // asks for (playlists, references), on top of protocol_whitelist=file. Only the demuxers of the
 // containers we support may probe it (an HLS playlist renamed .mp4 is otherwise probed and
-// followed, see RELIABILITY.md). Probing is bounded in bytes, stream time and packets, and the
-// probing decoders are held to the pixel cap, so that a hostile header cannot make them allocate
-// huge pictures before our own checks run.
+// followed: docs/reliability.md). Probing is bounded in bytes, stream time and packets, and
+// the probing decoders are held to the pixel cap, so that a hostile header cannot make them
+// allocate huge pictures before our own checks run.
 constexpr const char* kFormatWhitelist =
     "mov,mp4,m4a,3gp,3g2,mj2,"  // QuickTime / MP4 family (one demuxer)
     "matroska,webm,"            // Matroska / WebM (one demuxer)

@@ -77,7 +77,7 @@ std::string error_text(int errnum);
 // reading packets and decoding. FFmpeg polls it through the AVFormatContext's interrupt callback
 // and our AVIOContext's reads; decode_stream also checks it between packets, so slow decoding
 // counts too. What it cannot stop is one decoder call that never returns: only a process that
-// can be killed (the run's supervisor) bounds that (RELIABILITY.md).
+// can be killed (the run's supervisor) bounds that (docs/reliability.md).
 class Deadline {
  public:
   // `seconds` from now; > 0.

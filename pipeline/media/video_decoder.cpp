@@ -42,7 +42,7 @@ using ffmpeg::SwsContextPtr;
 // frame, the first frame; targets past the last frame get the last frame. So every clip gives
 // exactly n frames: a clip shorter than its targets repeats frames, a one-frame video gives n
 // copies. The duration comes from the headers, or from one pass over the packets when they have
-// none; frames are counted by decoding, never from header frame counts (RELIABILITY.md).
+// none; frames are counted by decoding, never from header frame counts (docs/reliability.md).
 //
 // t_k is rounded down to the stream's time base and compared with integer pts, so a frame that
 // starts exactly at t_k counts as on screen, whatever the float rounding of t_k. The decoder

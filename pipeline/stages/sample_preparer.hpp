@@ -1,7 +1,7 @@
 #pragma once
 // The prepare stage: one SampleSpec in, its decoded frames, audio windows and token ids out.
-// Problems with one sample's inputs never escape: they become failure records in the result
-// (STYLE.md, "Do this" 5). Copyable and callable from many threads at once (oneTBB copies node
+// Problems with one sample's inputs never escape: they become failure records in the result, so
+// that one bad file fails alone. Copyable and callable from many threads at once (oneTBB copies node
 // bodies; the shared state is immutable).
 
 #include <filesystem>

@@ -1,7 +1,7 @@
 """A corpus of bad and odd inputs mixed with good samples, through the real CLI in one run: every
 bad sample must get failure records of the right category (and nothing else of it must be
 lost), every good or merely odd sample must be embedded with finite values, and the run must
-finish with exit code 0 (RELIABILITY.md, "FFmpeg and untrusted media")."""
+finish with exit code 0 (docs/reliability.md, "FFmpeg and untrusted files")."""
 
 import csv
 import json

@@ -8,7 +8,7 @@ reruns the same command and checks that the output equals the oracle bit for bit
 the same stored embedding bytes (per-step rows and timestamps included), the same failure
 records, every input id exactly once and no leftovers in the folder.
 
-Designs follow ../../../shared/RELIABILITY.md. The random kill test logs its seed; set
+What each test proves: docs/reliability.md. The random kill test logs its seed; set
 PRECOMPUTE_KILL_SEED to replay a run.
 """
 

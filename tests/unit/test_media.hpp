@@ -1,6 +1,6 @@
 #pragma once
-// Test media made at test time with the ffmpeg CLI from lavfi sources (STYLE.md, "Tests"), in a
-// temporary folder removed when the TempDir goes out of scope.
+// Test media made at test time with the ffmpeg CLI from lavfi sources, so that each test shows
+// how its input is made, in a temporary folder removed when the TempDir goes out of scope.
 
 #include <filesystem>
 #include <string>

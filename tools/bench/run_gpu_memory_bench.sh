@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU memory budgets in one command on the GPU machine: build (tools/bench/build_on_gpu.sh),
-# then tools/bench/gpu_memory_budget.py. Through the remote device tool, from the repository root:
-#   run(command="bash tools/bench/run_gpu_memory_bench.sh", carry=[".devbuild"],
-#       kind="nvidia-h200", timeout_s=600)
+# then tools/bench/gpu_memory_budget.py. From the repository root (the working tree and
+# .devbuild/ copied there; under 10 minutes):
+#   bash tools/bench/run_gpu_memory_bench.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 export OUT=${OUT:-/tmp/out}

@@ -4,9 +4,9 @@
 # (tools/bench/text_throughput.py); logs and reports land in $OUT (default /tmp/out).
 #
 # Before, on the Debian machine (network needed, once): bash tools/bench/fetch_gpu_deps.sh
-# Then, through the remote device tool, from the repository root:
-#   run(command="bash tools/bench/run_gpu_text_bench.sh", carry=[".devbuild"],
-#       kind="nvidia-h200", timeout_s=600)
+# Then on the GPU machine, from the repository root (the working tree and .devbuild/ copied
+# there; one command, under 10 minutes):
+#   bash tools/bench/run_gpu_text_bench.sh
 # Expected: under 1 min FFmpeg, 1-2 min precompute's build, 3-4 min of measurements. Should the
 # 600 s limit of one command be too short, build first with a separate call
 # (command="bash tools/bench/build_on_gpu.sh"): on the still-warm machine this script's build

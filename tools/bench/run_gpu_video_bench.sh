@@ -8,9 +8,9 @@
 #   bash tools/bench/fetch_gpu_deps.sh               # .devbuild/: FFmpeg source, .debs, wheels
 #   bash tools/bench/make_video_clips.sh parity      # bench-data/parity
 #   bash tools/bench/make_video_clips.sh h264_720p   # bench-data/h264_720p
-# Then, through the remote device tool, from the repository root:
-#   run(command="bash tools/bench/run_gpu_video_bench.sh", carry=[".devbuild", "bench-data"],
-#       kind="nvidia-h200", timeout_s=600)
+# Then on the GPU machine, from the repository root (the working tree, .devbuild/ and
+# bench-data/ copied there; under 10 minutes):
+#   bash tools/bench/run_gpu_video_bench.sh
 # STAGES picks the steps (default "build parity bench"); BENCH_ARGS go to video_throughput.py.
 # A second call on a still-warm machine reuses FFmpeg, the build folder and the installed wheels.
 #

@@ -50,7 +50,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 ROOT = Path(__file__).resolve().parents[2]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
-# Figures measured on the GPU machine by the earlier anchors run (shared/bench/README.md), only
+# Figures measured on the GPU machine by an earlier run of the same Python baselines, only
 # for the report; every ratio and target here uses this run's own baselines.
 ANCHORS = {"short_st": 8436, "short_loop": 8708, "long_st": 1912, "long_loop": 2812,
            "model_1024x16": 115356, "model_128x256": 9229}

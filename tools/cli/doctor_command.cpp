@@ -1,5 +1,5 @@
-// `precompute doctor --config FILE [--json]`: the memory questions of ../shared/SEED.md, answered
-// by measurement: for each encoder, where its weights and inputs live (device, dtype) and any
+// `precompute doctor --config FILE [--json]`: a trainer's memory questions (does the encoder fit
+// beside training, at what batch; what does precomputing save), answered by measurement: for each encoder, where its weights and inputs live (device, dtype) and any
 // mismatch; device memory before and after a forward pass at batch 1, 2, 4, ... up to the
 // budget; the peak per sample; the largest batch that fits; the bytes per sample on disk; and
 // what a trainer saves by loading shards instead of running the encoders.
