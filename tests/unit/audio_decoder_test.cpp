@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -232,6 +233,44 @@ TEST(AudioDecoder, SixChannelInputDownmixesToMono) {
       "-af 'pan=5.1|c0=c0|c1=c0|c2=c0|c3=c0|c4=c0|c5=c0' -c:a pcm_f32le " +
       quoted(path));
   expect_sine(decode_audio(path, window_options(0, 0)), 2.0);
+}
+
+// The mono signal's gain for a sine on channel `channel` alone of `layout` (others silent).
+double channel_weight(const std::string& layout, int channels, int channel) {
+  TempDir dir;
+  const auto path = dir / "one_channel.wav";
+  std::string pan = "pan=" + layout;
+  for (int c = 0; c < channels; ++c) {
+    pan += "|c" + std::to_string(c) + (c == channel ? "=c0" : "=0*c0");
+  }
+  run_ffmpeg("-f lavfi -i sine=frequency=440:sample_rate=48000:duration=1 -af '" + pan +
+             "' -c:a pcm_f32le " + quoted(path));
+  const AudioWindows audio = decode_audio(path, window_options(0, 0));
+  const int64_t length = audio.window_samples;
+  return rms(audio.samples.data() + length / 10, length * 8 / 10) / kSineRms;
+}
+
+// What the downmix is: libswresample's matrix (FFmpeg's standard downmix), with its gain capped
+// at 1 (audio_decoder.cpp). Stereo is the mean of left and right; in 5.1 the centre counts
+// fully, front and back pairs less, and LFE not at all, so it is not the mean of the channels.
+// A test that sends one signal to every channel cannot tell these apart; one channel at a time
+// can.
+TEST(AudioDecoder, DownmixWeightsAreLibswresamplesMatrix) {
+  EXPECT_NEAR(channel_weight("stereo", 2, 0), 0.5, 0.01);
+  EXPECT_NEAR(channel_weight("stereo", 2, 1), 0.5, 0.01);
+  // 5.1: FL FR FC LFE BL BR.
+  const double fl = channel_weight("5.1", 6, 0);
+  const double fc = channel_weight("5.1", 6, 2);
+  const double lfe = channel_weight("5.1", 6, 3);
+  const double bl = channel_weight("5.1", 6, 4);
+  EXPECT_NEAR(fl, channel_weight("5.1", 6, 1), 0.01);
+  EXPECT_NEAR(bl, channel_weight("5.1", 6, 5), 0.01);
+  EXPECT_LT(lfe, 0.01);
+  EXPECT_GT(fc, fl + 0.05);
+  EXPECT_GT(fl, bl + 0.05);
+  EXPECT_NEAR(fc + 2 * fl + 2 * bl, 1.0, 0.02);  // the gain cap: the weights sum to 1
+  std::printf("5.1 downmix weights: FC %.3f, FL/FR %.3f, BL/BR %.3f, LFE %.3f\n", fc, fl, bl,
+              lfe);
 }
 
 TEST(AudioDecoder, SampleRateChangeMidStream) {
