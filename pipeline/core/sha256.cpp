@@ -139,6 +139,8 @@ const CompressFn kFastestCompress = fastest_compress();
 
 }  // namespace
 
+bool Sha256::cpu_extensions_available() { return kFastestCompress != compress_portable; }
+
 Sha256::Sha256(bool use_cpu_extensions)
     : compress_(use_cpu_extensions ? kFastestCompress : compress_portable),
       state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,

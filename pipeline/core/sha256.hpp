@@ -20,6 +20,8 @@ class Sha256 {
   void update(std::string_view text) { update(text.data(), text.size()); }
   // The digest as 64 lowercase hex digits; the object must not be updated afterwards.
   std::string hex_digest();
+  // Whether this processor has the SHA extensions (else every instance is the portable code).
+  static bool cpu_extensions_available();
 
  private:
 

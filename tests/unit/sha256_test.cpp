@@ -30,8 +30,9 @@ TEST(Sha256Test, StreamingEqualsOneShot) {
 }
 
 TEST(Sha256Test, CpuExtensionsAgreeWithThePortableCode) {
-  // On a processor without SHA extensions both are the portable code and this checks nothing
-  // new; CI's and the GPU machine's processors have them.
+  if (!Sha256::cpu_extensions_available()) {
+    GTEST_SKIP() << "this processor has no SHA extensions: both sides would be the portable code";
+  }
   std::mt19937 random(20261130);
   for (size_t size : {0, 1, 55, 56, 63, 64, 65, 127, 128, 1000, 4096, 100003}) {
     std::string data(size, '\0');
