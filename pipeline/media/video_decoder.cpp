@@ -545,6 +545,8 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   // Fills the next slot with `frame`, decoded as number `number` at `pts`.
   const auto fill = [&](const AVFrame& frame, int64_t number, int64_t pts) {
     uint8_t* slot = out.rgb.data() + frame_bytes * next;
+    PC_ASSERT(number >= 0 && next < count, "filling slot ", next, " of ", count, " with frame ",
+              number);
     if (number == converted_number) {
       std::memcpy(slot, slot - frame_bytes, frame_bytes);
     } else {
@@ -702,6 +704,22 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
                 file.string(), out.nvdec ? "NVDEC" : "CPU", ms_since_start(), opened_ms,
                 first_frame_ms, decoded, out.seeks);
 
+  if (frame_number < 0) {
+    // Not one frame kept, though frames were decoded (else decode_stream would have thrown): a
+    // seek landed where the file could not be decoded from, and going back to the start found
+    // nothing either (a fuzzed Matroska file did this). The frames must be those of a decode
+    // without seeking, so that is what is done, in the time left.
+    PC_MEDIA_CHECK(options.seek && out.seeks > 0, FailureCategory::kDecodeError, file.string(),
+                   ": no frame could be decoded");
+    VideoDecodeOptions forward = options;
+    forward.seek = false;
+    forward.timeout_s = std::max(1e-3, options.timeout_s - ms_since_start() / 1000.0);
+    VideoFrames frames = decode_video(file, forward);
+    frames.seeks += out.seeks;
+    frames.seeks_undone += out.seeks_undone + 1;
+    frames.decoded_frames += decoded;
+    return frames;
+  }
   // Targets past the last frame show the last frame.
   while (next < count) fill(*previous, frame_number, previous_pts);
   return out;

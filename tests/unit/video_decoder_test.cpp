@@ -1140,6 +1140,29 @@ TEST(VideoDecoderSeek, NonReferenceFramesNobodyKeepsAreNotDecoded) {
       << skipped.decoded_frames << " of " << all.decoded_frames;
 }
 
+// A fuzzed Matroska file (tests/fuzz/regressions/media): decoded from the start it gives the
+// decoder nothing it keeps; after a seek one frame comes out, past the target, and the way back
+// to the start again finds nothing. Both must end as a decode error naming the file (before,
+// the end of decode_video copied a frame that was never kept, from before the buffer), and the
+// seeking decode must not keep a frame a full decode does not have.
+TEST(VideoDecoderSeek, AFileWithNoFrameAFullDecodeKeepsFailsWithOrWithoutSeeking) {
+  const std::filesystem::path file = std::filesystem::path(PRECOMPUTE_SOURCE_DIR) /
+                                     "tests/fuzz/regressions/media/mkv_mjpeg_seek_keeps_nothing.mkv";
+  VideoDecodeOptions options;
+  options.num_frames = 3;
+  options.height = 12;
+  options.width = 20;
+  options.resize = ResizeMode::kStretch;
+  VideoDecodeOptions full = options;
+  full.seek = false;
+  for (const auto& o : {full, options}) {
+    const testing::MediaOutcome outcome = testing::media_outcome([&] { decode_video(file, o); });
+    EXPECT_EQ(outcome.category, "decode_error") << "seek " << o.seek << ": " << outcome.message;
+    EXPECT_NE(outcome.message.find("no frame could be decoded"), std::string::npos)
+        << outcome.message;
+  }
+}
+
 TEST(VideoDecoderSeek, SparseSamplingOfALongGopDecodesFewerFrames) {
   TempDir dir;
   const auto clip = dir / "long.mp4";
