@@ -74,6 +74,8 @@ using ffmpeg::SwsContextPtr;
 //   lands before the entry asked for would otherwise be sent back to that entry again and again
 //   until the deadline (a fuzzer found this, allocating gigabytes on the way), where a full
 //   decode finishes. So there are at most as many seeks as targets.
+// - When seeks and the way back kept no frame at all, the file is decoded again without
+//   seeking, in the time left: what a full decode gives is the answer, frames or an error.
 // The decoder's output after a flush is the same as from a fresh start at that keyframe, which
 // the frame-exactness tests check against a full decode for many GOP structures and containers
 // (tests/unit/video_decoder_test.cpp, "Seek").
