@@ -11,7 +11,8 @@
 # Then on the GPU machine, from the repository root (the working tree, .devbuild/ and
 # bench-data/ copied there; under 10 minutes):
 #   bash tools/bench/run_gpu_video_bench.sh
-# STAGES picks the steps (default "build parity bench"); BENCH_ARGS go to video_throughput.py.
+# STAGES picks the steps (default "build parity bench"; also "decode": the decoders alone, and
+# "diag": per-file NVDEC times); BENCH_ARGS go to video_throughput.py.
 # A second call on a still-warm machine reuses FFmpeg, the build folder and the installed wheels.
 #
 # Exit code: 1 when any stage failed.
@@ -54,6 +55,23 @@ if [[ " $stages " == *" parity "* ]]; then
   grep -v '"ok": true' "$OUT/parity.log" | tail -n 60
   [ "$rc" -eq 0 ] || status=1
   echo "parity: $((SECONDS - t0)) s"
+fi
+
+if [[ " $stages " == *" decode "* ]]; then
+  # The decoders alone (tools/bench/decode_bench.cpp: no graph, no encoder, no LibTorch): the
+  # CPU on every core, then NVDEC with 1, 4 and 7 sessions, at both samplings.
+  echo "==== decoders alone (log: $OUT/decode.log) ===="
+  clips=(bench-data/h264_720p/*.mp4)
+  for sampling in "--num-frames 4" "--fps 1"; do
+    # shellcheck disable=SC2086  # $sampling is two words
+    build-gpu/tools/bench/decode_bench --decoder cpu --threads "$(nproc)" $sampling --repeat 40 \
+      "${clips[@]}" 2>&1 | tee -a "$OUT/decode.log"
+    for sessions in 1 4 7; do
+      # shellcheck disable=SC2086
+      build-gpu/tools/bench/decode_bench --decoder nvdec --threads "$sessions" $sampling \
+        --repeat 4 "${clips[@]}" 2>&1 | tee -a "$OUT/decode.log"
+    done
+  done
 fi
 
 if [[ " $stages " == *" diag "* ]]; then

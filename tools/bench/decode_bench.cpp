@@ -1,0 +1,157 @@
+// decode_bench: how fast the video decoders alone go, without the graph, the encoders or
+// LibTorch. N threads take files from a shared list (the files given, --repeat times over) and
+// run decode_video on each, on the CPU or each on an NVDEC session of its own; one JSON line
+// reports clips/s, decoded frames/s and where the clips were decoded. For issue 10's "decoded
+// frames/s of each decoder alone", and to look at NVDEC without LibTorch in the process
+// (tools/bench/run_gpu_video_bench.sh, stage "decode").
+//
+//   decode_bench --decoder cpu --threads 16 --num-frames 4 --repeat 20 \
+//       bench-data/h264_720p/*.mp4
+//   decode_bench --decoder nvdec --threads 4 --device 0 --fps 1 bench-data/h264_720p/*.mp4
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline/core/error.hpp"
+#include "pipeline/media/nvdec.hpp"
+#include "pipeline/media/video_decoder.hpp"
+
+namespace {
+
+struct Args {
+  std::string decoder = "cpu";
+  int threads = 1;
+  int device = 0;
+  double fps = 0.0;
+  int num_frames = 0;
+  int size = 224;
+  int repeat = 1;
+  bool seek = true;
+  std::vector<std::filesystem::path> files;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "decode_bench: %s\nusage: decode_bench [--decoder cpu|nvdec] [--threads N] "
+               "[--device D] (--fps X | --num-frames N) [--size S] [--repeat R] [--no-seek] "
+               "FILE...\n",
+               why.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(arg + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (arg == "--decoder") {
+        a.decoder = value();
+      } else if (arg == "--threads") {
+        a.threads = std::stoi(value());
+      } else if (arg == "--device") {
+        a.device = std::stoi(value());
+      } else if (arg == "--fps") {
+        a.fps = std::stod(value());
+      } else if (arg == "--num-frames") {
+        a.num_frames = std::stoi(value());
+      } else if (arg == "--size") {
+        a.size = std::stoi(value());
+      } else if (arg == "--repeat") {
+        a.repeat = std::stoi(value());
+      } else if (arg == "--no-seek") {
+        a.seek = false;
+      } else if (arg.rfind("--", 0) == 0) {
+        usage("unknown option " + arg);
+      } else {
+        a.files.emplace_back(arg);
+      }
+    } catch (const std::logic_error&) {  // stoi/stod: not a number, or out of range
+      usage("bad value for " + arg);
+    }
+  }
+  if (a.decoder != "cpu" && a.decoder != "nvdec") usage("--decoder is cpu or nvdec");
+  if ((a.fps > 0) == (a.num_frames > 0)) usage("give exactly one of --fps and --num-frames");
+  if (a.threads < 1 || a.threads > 256) usage("--threads is 1 to 256");
+  if (a.repeat < 1 || a.size < 8 || a.size > 4096 || a.device < 0) {
+    usage("--repeat is at least 1, --size 8 to 4096, --device at least 0");
+  }
+  if (a.files.empty()) usage("no files");
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  precompute::VideoDecodeOptions options;
+  options.fps = args.fps;
+  options.num_frames = args.num_frames;
+  options.height = args.size;
+  options.width = args.size;
+  options.seek = args.seek;
+
+  // Sessions first, outside the clock, as precompute makes them at start-up.
+  std::vector<std::unique_ptr<precompute::NvdecSession>> sessions;
+  if (args.decoder == "nvdec") {
+    try {
+      for (int t = 0; t < args.threads; ++t) {
+        sessions.push_back(std::make_unique<precompute::NvdecSession>(args.device));
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "decode_bench: %s\n", e.what());
+      return 1;
+    }
+  }
+
+  const int64_t total = static_cast<int64_t>(args.files.size()) * args.repeat;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> decoded{0};
+  std::atomic<int64_t> kept{0};
+  std::atomic<int64_t> on_nvdec{0};
+  std::atomic<int64_t> failed{0};
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < args.threads; ++t) {
+    threads.emplace_back([&, t] {
+      precompute::VideoDecodeOptions mine = options;
+      if (!sessions.empty()) mine.nvdec = sessions[static_cast<size_t>(t)].get();
+      for (int64_t i = next++; i < total; i = next++) {
+        const auto& file =
+            args.files[static_cast<size_t>(i % static_cast<int64_t>(args.files.size()))];
+        try {
+          const precompute::VideoFrames frames = precompute::decode_video(file, mine);
+          decoded += frames.decoded_frames;
+          kept += frames.num_frames;
+          if (frames.nvdec) ++on_nvdec;
+        } catch (const std::exception& e) {
+          if (failed++ == 0) std::fprintf(stderr, "decode_bench: %s\n", e.what());
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf(
+      "{\"decoder\": \"%s\", \"threads\": %d, \"seek\": %s, \"clips\": %lld, \"failed\": %lld, "
+      "\"on_nvdec\": %lld, \"seconds\": %.3f, \"clips_per_s\": %.2f, \"decoded_frames\": %lld, "
+      "\"decoded_frames_per_s\": %.0f, \"kept_frames\": %lld}\n",
+      args.decoder.c_str(), args.threads, args.seek ? "true" : "false",
+      static_cast<long long>(total), static_cast<long long>(failed.load()),
+      static_cast<long long>(on_nvdec.load()), seconds, static_cast<double>(total) / seconds,
+      static_cast<long long>(decoded.load()), static_cast<double>(decoded.load()) / seconds,
+      static_cast<long long>(kept.load()));
+  return failed.load() > 0 ? 1 : 0;
+}
