@@ -86,10 +86,7 @@ namespace {
 
 #ifdef PRECOMPUTE_WITH_CUDA
 // The CUDA device index of "cuda:N"; -1 for the CPU.
-int cuda_index(const std::string& device) {
-  if (device.rfind("cuda", 0) != 0) return -1;
-  return device == "cuda" ? 0 : std::stoi(device.substr(5));
-}
+int cuda_index(const std::string& device) { return cuda_ordinal(device).value_or(-1); }
 #endif
 
 }  // namespace

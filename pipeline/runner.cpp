@@ -229,11 +229,11 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   spdlog::info("compute: {}", describe_devices());
   const auto load_started = std::chrono::steady_clock::now();
   const auto pools = load_encoders(config);
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_started).count();
   // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
   // which may refuse the run.
   SamplePreparer preparer(config, stats);
-  const double load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_started).count();
 
   OutputIndex index;
   index.meta = make_meta(config, pools);

@@ -54,6 +54,12 @@ std::string_view video_decoder_name(VideoDecoderKind k) {
   return k == VideoDecoderKind::kAuto ? "auto" : k == VideoDecoderKind::kCpu ? "cpu" : "nvdec";
 }
 
+std::optional<int> cuda_ordinal(const std::string& device) {
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) == 0) return std::stoi(device.substr(5));
+  return std::nullopt;
+}
+
 std::string_view resize_mode_name(ResizeMode r) {
   return r == ResizeMode::kShorterSideCrop ? "shorter_side_crop" : "stretch";
 }

@@ -60,6 +60,9 @@ enum class VideoDecoderKind {
 
 std::string_view compute_dtype_name(ComputeDtype d);
 std::string_view video_decoder_name(VideoDecoderKind k);
+// The CUDA device number of a device string that validate() accepted: 0 for "cuda", N for
+// "cuda:N"; nullopt for "cpu".
+std::optional<int> cuda_ordinal(const std::string& device);
 std::string_view storage_dtype_name(StorageDtype d);
 std::string_view pooling_name(Pooling p);
 std::string_view resize_mode_name(ResizeMode r);

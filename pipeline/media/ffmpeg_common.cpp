@@ -274,6 +274,12 @@ bool Deadline::passed() const {
   return steady_now_ns() - from >= limit_ns_;
 }
 
+double Deadline::seconds_left() const {
+  if (limit_ns_ < 0) return seconds_;
+  const int64_t from = std::max(started_ns_, last_resume_ns());
+  return static_cast<double>(std::max<int64_t>(0, limit_ns_ - (steady_now_ns() - from))) / 1e9;
+}
+
 void Deadline::check(const std::filesystem::path& file, const char* stage) const {
   PC_MEDIA_CHECK(!passed(), FailureCategory::kTimeout, file.string(), ": still ", stage,
                  " after the limit of ", seconds_,

@@ -85,6 +85,8 @@ class Deadline {
   // Counted from the later of the start and the last resume of a stopped process (Note [Paused
   // runs] in pipeline/core/pause_clock.cpp): time spent stopped is not the file's.
   bool passed() const;
+  // Seconds until it passes, on the same clock (0 once passed; `seconds` when it never does).
+  double seconds_left() const;
   // Throws MediaError kTimeout naming `file`, `stage` and run.sample_timeout_s once passed.
   void check(const std::filesystem::path& file, const char* stage) const;
 

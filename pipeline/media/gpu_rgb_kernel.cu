@@ -19,7 +19,7 @@
 //   each output pixel before the matrix is applied (full chroma interpolation);
 // - the same matrix and range (libswscale's coefficient table, chosen on the host).
 // The results are not bit-identical (libswscale works in fixed point, in two passes); the GPU
-// test bounds the difference (tests/unit/nvdec_test.cpp).
+// test bounds the difference (tests/gpu/nvdec_parity.py).
 
 namespace precompute {
 namespace {
@@ -31,8 +31,8 @@ __device__ float cubic(float x) {
   constexpr float kC = 0.6f;
   x = fabsf(x);
   if (x < 1.0f) {
-    return ((12.0f - 9.0f * kB - 6.0f * kC) * x * x * x + (-18.0f + 12.0f * kB + 6.0f * kC) * x * x +
-            (6.0f - 2.0f * kB)) /
+    return ((12.0f - 9.0f * kB - 6.0f * kC) * x * x * x +
+            (-18.0f + 12.0f * kB + 6.0f * kC) * x * x + (6.0f - 2.0f * kB)) /
            6.0f;
   }
   if (x < 2.0f) {
@@ -43,8 +43,8 @@ __device__ float cubic(float x) {
   return 0.0f;
 }
 
-// The filter taps along one axis for the output coordinate `o`: source positions first..first+n-1
-// (clamped to [0, size) by the caller) and their normalised weights.
+// The filter taps along one axis for one output sample: source positions first..first+n-1
+// (clamped to the region by the caller) and their normalised weights.
 struct Taps {
   int first = 0;
   int n = 0;
@@ -72,8 +72,10 @@ __device__ void make_taps(float center, float scale, Taps& taps) {
 }
 
 template <class Sample>
-__device__ float sample_at(const void* plane, int64_t pitch, int x, int y, int stride, int offset) {
-  const auto* row = reinterpret_cast<const Sample*>(static_cast<const uint8_t*>(plane) + y * pitch);
+__device__ float sample_at(const void* plane, int64_t pitch, int x, int y, int stride,
+                          int offset) {
+  const auto* row =
+      reinterpret_cast<const Sample*>(static_cast<const uint8_t*>(plane) + y * pitch);
   const float v = static_cast<float>(row[x * stride + offset]);
   return sizeof(Sample) == 1 ? v : v * (1.0f / 256.0f);  // 16-bit: high-bit aligned
 }
@@ -83,8 +85,8 @@ __device__ int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ?
 // One plane filtered at an output pixel. Positions are in the plane's own samples, relative to
 // the region's origin (rx, ry) in that plane, clamped to [0, rw) x [0, rh).
 template <class Sample>
-__device__ void filter(const void* plane, int64_t pitch, int stride, int components, int rx, int ry,
-                       int rw, int rh, const Taps& tx, const Taps& ty, float* out) {
+__device__ void filter(const void* plane, int64_t pitch, int stride, int components, int rx,
+                       int ry, int rw, int rh, const Taps& tx, const Taps& ty, float* out) {
   for (int c = 0; c < components; ++c) out[c] = 0.0f;
   for (int j = 0; j < ty.n; ++j) {
     const int y = ry + clamp_int(ty.first + j, 0, rh - 1);

@@ -30,8 +30,8 @@ extern "C" {
 // when they fall short it offers the software formats again, which is how a file NVDEC cannot
 // take falls back to the CPU (video_decoder.cpp). What a session keeps across files is its CUDA
 // context (Note [One CUDA context per session]), the stream and the buffers; FFmpeg makes the
-// NVDEC decoder itself per file. docs/benchmarks.md measures what
-// this path reaches against NVIDIA's own PyNvVideoCodec.
+// NVDEC decoder itself per file. docs/benchmarks.md measures what this path reaches against
+// NVIDIA's own PyNvVideoCodec.
 
 namespace precompute {
 

@@ -247,6 +247,12 @@ Orientation display_orientation(const AVStream* stream) {
   return orientation;
 }
 
+// libswscale's colour matrix for a frame: its own, BT.601 when it names none (as the ffmpeg CLI
+// assumes for untagged video). The CPU and the GPU conversions both take it from here.
+int swscale_colorspace(AVColorSpace colorspace) {
+  return colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_ITU601 : static_cast<int>(colorspace);
+}
+
 // Scales and colour-converts decoded frames to tightly packed RGB24 of the output size, straight
 // from the decoder's pixel format, then turns them upright (Note [Display orientation]). Keeps
 // one libswscale context, made again when the frame's size, format or colour description
@@ -332,10 +338,7 @@ class RgbConverter {
     p.out_height = scaled_height_;
     // libswscale's table and range handling (sws_setColorspaceDetails), as make_context sets up:
     // the frame's matrix (BT.601 when it names none), limited range unless it says full.
-    const int colorspace = frame.colorspace == AVCOL_SPC_UNSPECIFIED
-                               ? SWS_CS_ITU601
-                               : static_cast<int>(frame.colorspace);
-    const int* table = sws_getCoefficients(colorspace);
+    const int* table = sws_getCoefficients(swscale_colorspace(frame.colorspace));
     const bool full = frame.color_range == AVCOL_RANGE_JPEG;
     const float chroma_scale = full ? 224.0f / 255.0f : 1.0f;
     p.crv = static_cast<float>(table[0]) / 65536.0f * chroma_scale;
@@ -401,13 +404,11 @@ class RgbConverter {
     PC_MEDIA_CHECK(got >= 0, FailureCategory::kUnsupported, file_.string(),
                    ": cannot read the colour set-up for ", av_get_pix_fmt_name(key.format),
                    " (sws_getColorspaceDetails)");
-    const int colorspace =
-        key.colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_ITU601 : static_cast<int>(key.colorspace);
     if (key.range == AVCOL_RANGE_JPEG) src_range = 1;
     if (key.range == AVCOL_RANGE_MPEG) src_range = 0;
-    const int set =
-        sws_setColorspaceDetails(context.get(), sws_getCoefficients(colorspace), src_range, table,
-                                 /*dstRange=*/1, brightness, contrast, saturation);
+    const int* coefficients = sws_getCoefficients(swscale_colorspace(key.colorspace));
+    const int set = sws_setColorspaceDetails(context.get(), coefficients, src_range, table,
+                                             /*dstRange=*/1, brightness, contrast, saturation);
     PC_MEDIA_CHECK(set >= 0, FailureCategory::kUnsupported, file_.string(),
                    ": cannot set up colour conversion from ", av_get_pix_fmt_name(key.format),
                    " (sws_setColorspaceDetails)");
@@ -715,7 +716,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
                    ": no frame could be decoded");
     VideoDecodeOptions forward = options;
     forward.seek = false;
-    forward.timeout_s = std::max(1e-3, options.timeout_s - ms_since_start() / 1000.0);
+    forward.timeout_s = std::max(1e-3, deadline.seconds_left());
     VideoFrames frames = decode_video(file, forward);
     frames.seeks += out.seeks;
     frames.seeks_undone += out.seeks_undone + 1;

@@ -47,12 +47,11 @@ SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&
 
 namespace {
 
-// The CUDA ordinals among video's devices ("cuda" is 0).
+// The CUDA ordinals among video's devices, each once.
 std::vector<int> cuda_devices(const std::vector<std::string>& devices) {
   std::vector<int> ordinals;
   for (const auto& d : devices) {
-    if (d == "cuda") ordinals.push_back(0);
-    if (d.rfind("cuda:", 0) == 0) ordinals.push_back(std::stoi(d.substr(5)));
+    if (const auto ordinal = cuda_ordinal(d)) ordinals.push_back(*ordinal);
   }
   std::sort(ordinals.begin(), ordinals.end());
   ordinals.erase(std::unique(ordinals.begin(), ordinals.end()), ordinals.end());

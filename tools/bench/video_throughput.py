@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from text_throughput import binary_env  # the same GPU build's environment (same folder)
+
 WORK = Path("/tmp/video-bench")
 SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s")
 DECODED = re.compile(r"video decoding: (\d+) frames decoded for (\d+) kept \(([\d.]+) per clip\)")
@@ -51,16 +53,6 @@ def clip_list(clips: Path, copies: int) -> list:
     files = sorted(p for p in clips.iterdir() if p.suffix in (".mp4", ".mkv", ".webm"))
     assert files, f"no clips in {clips}"
     return [f for _ in range(copies) for f in files]
-
-
-def binary_env(binary: Path) -> dict:
-    env = dict(os.environ)
-    env_file = binary.parents[2] / "precompute-env.sh"
-    if env_file.exists():
-        r = subprocess.run(["bash", "-c", f'. "{env_file}" && printf %s "$LD_LIBRARY_PATH"'],
-                           capture_output=True, text=True, check=True)
-        env["LD_LIBRARY_PATH"] = r.stdout
-    return env
 
 
 def run_precompute(binary: Path, model: Path, files: list, sampling: str, decoder: str,
