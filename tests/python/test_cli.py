@@ -144,8 +144,16 @@ def test_video_decoder_choice_without_a_gpu(binary, small, tmp_path):
     small["video"]["decoder"] = "cpu"
     run_precompute(binary, tmp_path, small, "--max-failures", "50%")
     cpu = read_output(tmp_path / "out")
+    # Refused with --overwrite on that output too: nothing of it is removed.
+    small["video"]["decoder"] = "nvdec"
+    r = run_precompute(binary, tmp_path, small, "--overwrite", expect=2)
+    assert "video.decoder: nvdec, but" in r.stderr and "removed" not in r.stderr
+    assert read_output(tmp_path / "out").index["shards"] == cpu.index["shards"]
     small["video"]["decoder"] = "auto"
     small["video"]["nvdec_sessions"] = 64
+    # The decoder is not part of the settings a resume checks: a rerun with auto resumes.
+    r = run_precompute(binary, tmp_path, small, "--max-failures", "50%")
+    assert "0 to process" in r.stderr, r.stderr[-2000:]
     r = run_precompute(binary, tmp_path, small, "--max-failures", "50%", "--overwrite")
     assert "video decoding: on the CPU (" in r.stderr
     auto = read_output(tmp_path / "out")

@@ -83,6 +83,9 @@ Args parse(int argc, char** argv) {
   }
   if (a.decoder != "cpu" && a.decoder != "nvdec") usage("--decoder is cpu or nvdec");
   if ((a.fps > 0) == (a.num_frames > 0)) usage("give exactly one of --fps and --num-frames");
+  // The config's bounds for video.sampling (pipeline/core/config.cpp); inf and NaN fail too.
+  if (a.fps > 0 && !(a.fps >= 0.001 && a.fps <= 1000)) usage("--fps is 0.001 to 1000");
+  if (a.num_frames > 100000) usage("--num-frames is 1 to 100000");
   if (a.threads < 1 || a.threads > 256) usage("--threads is 1 to 256");
   if (a.repeat < 1 || a.size < 8 || a.size > 4096 || a.device < 0) {
     usage("--repeat is at least 1, --size 8 to 4096, --device at least 0");
