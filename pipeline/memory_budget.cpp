@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "encoders/bert/text_settings.hpp"
@@ -191,37 +192,95 @@ EncoderCost measure(Encoder& e, const Config& config, int64_t available, int64_t
   return c;
 }
 
+}  // namespace
+
 // Note [Shares by measured need]
 // The budget left after the weights is split by what each encoder was measured to need, not
 // evenly per call: an even split refused 1 GiB for ResNet-50 + BERT-base + a small audio encoder
 // because one video call needs 164 MiB while the audio encoder needs almost nothing. Each call
 // first gets what one largest sample needs (refused, with every encoder's need listed, when even
 // that does not fit); what is left goes to each call in proportion to what a full batch of the
-// config would add, and no call gets more than that.
-void share_by_need(std::vector<EncoderCost>& costs, int64_t available, const std::string& device,
-                   int64_t budget) {
-  int64_t needed = 0;
-  double wanted = 0;
-  std::string needs;
-  for (const auto& c : costs) {
-    needed += c.need * c.calls;
-    wanted += static_cast<double>(c.want - c.need) * c.calls;
-    needs += fmt::format("{}{} {} x {} call(s)", needs.empty() ? "" : ", ",
-                         modality_name(c.modality), format_bytes(c.need), c.calls);
-  }
-  PC_CHECK(needed <= available, ConfigError, "run.gpu_memory_budget ", format_bytes(budget),
-           " on ", device, " leaves ", format_bytes(available),
-           " after the encoders' weights, but one largest sample per encoder call needs ",
-           format_bytes(needed), " (", needs, "); raise the budget or make samples smaller "
-           "(video.size, video.num_frames, audio.window_s, text.tokenizer.max_length)");
-  const double spare = static_cast<double>(available - needed);
-  const double ratio = wanted <= spare ? 1.0 : spare / wanted;
-  for (auto& c : costs) {
-    c.share = c.need + static_cast<int64_t>(ratio * static_cast<double>(c.want - c.need));
-  }
+// config would add, and no call gets more than that. The proportion is computed in doubles; for
+// sizes past 2^53 bytes (or when rounding lands a byte high) the shares are trimmed back so that
+// the calls together never get more than is available, and no size overflows on the way
+// (tests/unit/memory_budget_test.cpp).
+
+namespace {
+
+// a + b and a * b for a, b >= 0, held at INT64_MAX instead of overflowing.
+int64_t add_held(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+int64_t mul_held(int64_t a, int64_t b) {
+  return b != 0 && a > std::numeric_limits<int64_t>::max() / b
+             ? std::numeric_limits<int64_t>::max()
+             : a * b;
 }
 
 }  // namespace
+
+BudgetSplit share_by_need(const std::vector<EncoderNeed>& encoders, int64_t available,
+                          const std::string& device, int64_t budget) {
+  // The inputs as the split reads them: at least one call, need >= 0, want >= need.
+  std::vector<EncoderNeed> es = encoders;
+  for (auto& e : es) {
+    e.calls = std::max(1, e.calls);
+    e.need = std::max<int64_t>(0, e.need);
+    e.want = std::max(e.need, e.want);
+  }
+  BudgetSplit split;
+  int64_t needed = 0;
+  bool past_int64 = false;  // the sum is past INT64_MAX (needed is held there): too much
+  double wanted = 0;
+  for (const auto& e : es) {
+    const int64_t calls_need = mul_held(e.need, e.calls);
+    past_int64 = past_int64 || e.need > std::numeric_limits<int64_t>::max() / e.calls ||
+                 needed > std::numeric_limits<int64_t>::max() - calls_need;
+    needed = add_held(needed, calls_need);
+    wanted += static_cast<double>(e.want - e.need) * e.calls;
+  }
+  if (past_int64 || needed > available) {
+    std::string needs;
+    for (const auto& e : es) {
+      needs += fmt::format("{}{} {} x {} call(s)", needs.empty() ? "" : ", ",
+                           modality_name(e.modality), format_bytes(e.need), e.calls);
+    }
+    split.refusal = detail::concat(
+        "run.gpu_memory_budget ", format_bytes(budget), " on ", device, " leaves ",
+        format_bytes(available), " after the encoders' weights, but one largest sample per "
+        "encoder call needs ", format_bytes(needed), " (", needs, "); raise the budget or make "
+        "samples smaller (video.size, video.num_frames, audio.window_s, "
+        "text.tokenizer.max_length)");
+    return split;
+  }
+  const int64_t spare = available - needed;
+  const double ratio =
+      wanted <= static_cast<double>(spare) ? 1.0 : static_cast<double>(spare) / wanted;
+  // What each call gets on top of its need: never more than want - need (a double that rounds
+  // up to 2^63 is not converted).
+  std::vector<int64_t> extra;
+  for (const auto& e : es) {
+    const int64_t most = e.want - e.need;
+    const double x = ratio * static_cast<double>(most);
+    extra.push_back(ratio == 1.0 || x >= static_cast<double>(most)
+                        ? most
+                        : std::min(most, static_cast<int64_t>(x)));
+  }
+  // Trim what rounding put past `spare` (nothing, short of sizes past 2^53 bytes or a byte of
+  // rounding), from the largest extra.
+  const auto used = [&] {
+    int64_t u = 0;
+    for (size_t i = 0; i < es.size(); ++i) u = add_held(u, mul_held(extra[i], es[i].calls));
+    return u;
+  };
+  for (int64_t over = used() - spare; over > 0; over = used() - spare) {
+    const size_t k = static_cast<size_t>(
+        std::max_element(extra.begin(), extra.end()) - extra.begin());
+    extra[k] -= std::min(extra[k], over / es[k].calls + 1);
+  }
+  for (size_t i = 0; i < es.size(); ++i) split.shares.push_back(es[i].need + extra[i]);
+  return split;
+}
 
 std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools& pools) {
   std::vector<DeviceBudget> budgets;
@@ -257,7 +316,11 @@ std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools
 
     std::vector<EncoderCost> costs;
     for (auto* e : encoders) costs.push_back(measure(*e, config, available, b.budget_bytes));
-    share_by_need(costs, available, device, b.budget_bytes);
+    std::vector<EncoderNeed> needs;
+    for (const auto& c : costs) needs.push_back({c.modality, c.calls, c.need, c.want});
+    const BudgetSplit split = share_by_need(needs, available, device, b.budget_bytes);
+    if (split.refused()) PC_THROW(ConfigError, split.refusal);
+    for (size_t i = 0; i < costs.size(); ++i) costs[i].share = split.shares[i];
 
     for (auto& c : costs) {
       const Modality m = c.modality;

@@ -10,6 +10,7 @@
 
 #include "encoders/encoder.hpp"
 #include "pipeline/core/config.hpp"
+#include "pipeline/core/modality.hpp"
 #include "pipeline/core/sample.hpp"
 #include "pipeline/stages/encode_stage.hpp"
 
@@ -43,6 +44,31 @@ struct DeviceBudget {
   int64_t per_call_bytes = 0;  // (budget - weights) / calls: the mean share; each encoder's own
                                // follows its measured need
 };
+
+// One GPU encoder as the split of its device's budget sees it (Note [Shares by measured need] in
+// memory_budget.cpp): bytes of device memory per encode call, measured at start-up above what
+// was reserved before the call.
+struct EncoderNeed {
+  Modality modality = Modality::kVideo;
+  int calls = 1;     // encode calls of it that may run at once on the device (below 1: 1)
+  int64_t need = 0;  // what one largest sample needs, per call (below 0: 0)
+  int64_t want = 0;  // what a full batch of the config would take, per call (below need: need)
+};
+
+// The split: what each call of each encoder may use, or why the budget cannot be used.
+struct BudgetSplit {
+  std::vector<int64_t> shares;  // per call, one per encoder in the order given; empty if refused
+  std::string refusal;          // the ConfigError message when refused, else empty
+  bool refused() const { return !refusal.empty(); }
+};
+
+// Splits the `available` bytes of `device` (run.gpu_memory_budget `budget` less the weights of
+// every encoder on it) by measured need: each call first gets its encoder's need, and what is
+// left goes in proportion to want - need, no call getting more than its want. Refused, with
+// every encoder's need in the message, when one need per call does not fit. The calls' shares
+// together never exceed `available`, for any sizes up to INT64_MAX. Pure: no device, no LibTorch.
+BudgetSplit share_by_need(const std::vector<EncoderNeed>& encoders, int64_t available,
+                          const std::string& device, int64_t budget);
 
 // Applies run.gpu_memory_budget: caps the caching allocator of every GPU the encoders use,
 // measures each GPU encoder's cost per unit, and lowers `config`'s batch limits (batch_size,
