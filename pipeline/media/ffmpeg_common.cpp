@@ -437,18 +437,24 @@ AVPixelFormat pick_cuda_format(AVCodecContext* /*codec*/, const AVPixelFormat* f
 
 CodecContextPtr open_decoder(const AVStream* stream, int threads, int64_t max_pixels,
                              const std::filesystem::path& file, AVBufferRef* hw_device) {
+  return open_decoder(*stream->codecpar, stream->time_base, threads, max_pixels, file, hw_device);
+}
+
+CodecContextPtr open_decoder(const AVCodecParameters& parameters, AVRational time_base,
+                             int threads, int64_t max_pixels, const std::filesystem::path& file,
+                             AVBufferRef* hw_device) {
   max_pixels = max_pixels > 0 ? decoder_pixel_cap(max_pixels) : 0;
-  const AVCodecID codec_id = stream->codecpar->codec_id;
+  const AVCodecID codec_id = parameters.codec_id;
   const AVCodec* decoder = avcodec_find_decoder(codec_id);
   PC_MEDIA_CHECK(decoder != nullptr, FailureCategory::kUnsupported, file.string(),
                  ": this FFmpeg build has no decoder for codec ", avcodec_get_name(codec_id));
 
   CodecContextPtr codec(avcodec_alloc_context3(decoder));
   if (!codec) throw std::bad_alloc();
-  const int copied = avcodec_parameters_to_context(codec.get(), stream->codecpar);
+  const int copied = avcodec_parameters_to_context(codec.get(), &parameters);
   PC_MEDIA_CHECK(copied >= 0, FailureCategory::kDecodeError, file.string(), ": cannot set up the ",
                  decoder->name, " decoder (avcodec_parameters_to_context): ", error_text(copied));
-  codec->pkt_timebase = stream->time_base;
+  codec->pkt_timebase = time_base;
   codec->thread_count = threads;
   if (max_pixels > 0) codec->max_pixels = max_pixels;
   if (hw_device != nullptr) {
@@ -490,10 +496,15 @@ double sample_clock_seconds(const AVFormatContext* format, const AVStream* strea
   return seconds;
 }
 
+DecodeTimes& thread_decode_times() {
+  thread_local DecodeTimes times;
+  return times;
+}
+
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
                       const FrameSink& sink, const Deadline& deadline,
                       const std::filesystem::path& file, const BeforeRead& before_read,
-                      const BeforeSend& before_send) {
+                      const BeforeSend& before_send, AVBSFContext* filter) {
   int64_t last_dts = AV_NOPTS_VALUE;
   PacketPtr packet = make_packet();
   FramePtr frame = make_frame();
@@ -510,10 +521,15 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
   // remain we go and feed the next one; while draining we keep receiving, but a decoder that
   // fails on every call must not hold us forever.
   constexpr int kMaxDrainErrors = 16;
+  DecodeTimes& times = thread_decode_times();
   const auto receive = [&](bool draining) -> bool {
     int drain_errors = 0;
     while (true) {
-      const int received = avcodec_receive_frame(codec, frame.get());
+      int received = 0;
+      {
+        const TimeInto timed(times.receive);
+        received = avcodec_receive_frame(codec, frame.get());
+      }
       if (received == AVERROR(EAGAIN) || received == AVERROR_EOF) return true;
       if (received < 0) {
         tolerate("avcodec_receive_frame", received);
@@ -530,7 +546,11 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
   while (true) {
     deadline.check(file, "decoding");
     if (before_read) before_read(last_dts);
-    const int read = av_read_frame(format, packet.get());
+    int read = 0;
+    {
+      const TimeInto timed(times.read);
+      read = av_read_frame(format, packet.get());
+    }
     const PacketUnref unref(packet.get());
     // Reads fail once the deadline passes, and a demuxer may report that as the end of the
     // file: either is a timeout, not the end or damage.
@@ -544,9 +564,41 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
     if (packet->stream_index != stream->index) continue;
     if (packet->dts != AV_NOPTS_VALUE) last_dts = packet->dts;
     if (before_send) before_send(*packet);
+    if (filter != nullptr) {
+      // One packet in, one out (the Annex B conversion); a packet it refuses is a corrupt one.
+      std::optional<TimeInto> timed(times.send);
+      const int filtered = av_bsf_send_packet(filter, packet.get());
+      if (filtered < 0) {
+        tolerate("av_bsf_send_packet", filtered);
+        continue;
+      }
+      bool more = true;
+      while (more) {
+        const int out = av_bsf_receive_packet(filter, packet.get());
+        if (out == AVERROR(EAGAIN) || out == AVERROR_EOF) break;
+        if (out < 0) {
+          tolerate("av_bsf_receive_packet", out);
+          break;
+        }
+        const PacketUnref unref_filtered(packet.get());
+        const int sent = avcodec_send_packet(codec, packet.get());
+        if (sent < 0) {
+          tolerate("avcodec_send_packet", sent);
+          continue;
+        }
+        timed.reset();
+        more = receive(/*draining=*/false);
+      }
+      if (!more) return frames;
+      continue;
+    }
     // Every packet is followed by receiving all the frames it made, so the decoder never answers
     // EAGAIN here; other errors are a corrupt packet, skipped.
-    const int sent = avcodec_send_packet(codec, packet.get());
+    int sent = 0;
+    {
+      const TimeInto timed(times.send);
+      sent = avcodec_send_packet(codec, packet.get());
+    }
     if (sent < 0) {
       tolerate("avcodec_send_packet", sent);
       continue;

@@ -11,6 +11,7 @@
 
 extern "C" {
 #include <libavcodec/avcodec.h>
+#include <libavcodec/bsf.h>
 #include <libavformat/avformat.h>
 #include <libavutil/dict.h>
 #include <libavutil/frame.h>
@@ -45,6 +46,9 @@ using CodecContextPtr =
     std::unique_ptr<AVCodecContext, FreeAddress<AVCodecContext, avcodec_free_context>>;
 using FramePtr = std::unique_ptr<AVFrame, FreeAddress<AVFrame, av_frame_free>>;
 using PacketPtr = std::unique_ptr<AVPacket, FreeAddress<AVPacket, av_packet_free>>;
+using BsfContextPtr = std::unique_ptr<AVBSFContext, FreeAddress<AVBSFContext, av_bsf_free>>;
+using CodecParametersPtr =
+    std::unique_ptr<AVCodecParameters, FreeAddress<AVCodecParameters, avcodec_parameters_free>>;
 using DictionaryPtr = std::unique_ptr<AVDictionary, FreeAddress<AVDictionary, av_dict_free>>;
 using SwsContextPtr = std::unique_ptr<SwsContext, FreeValue<SwsContext, sws_freeContext>>;
 using SwrContextPtr = std::unique_ptr<SwrContext, FreeAddress<SwrContext, swr_free>>;
@@ -151,6 +155,11 @@ AVStream* find_stream(AVFormatContext* format, AVMediaType type, const std::file
 // when it cannot be opened.
 CodecContextPtr open_decoder(const AVStream* stream, int threads, int64_t max_pixels,
                              const std::filesystem::path& file, AVBufferRef* hw_device = nullptr);
+// The same for a stream described by `parameters` in `time_base` (a decoder opened without the
+// stream's extradata: Note [Keeping NVDEC decoders across files] in kept_decoder.cpp).
+CodecContextPtr open_decoder(const AVCodecParameters& parameters, AVRational time_base,
+                             int threads, int64_t max_pixels, const std::filesystem::path& file,
+                             AVBufferRef* hw_device);
 
 // The stream's duration in its own time base, from the stream's header, else the container's;
 // nullopt when neither has one, or when FFmpeg only guessed it from the bit rate.
@@ -170,6 +179,33 @@ std::optional<int64_t> header_duration(const AVFormatContext* format, const AVSt
 // comes out as exactly 0.
 double sample_clock_seconds(const AVFormatContext* format, const AVStream* stream, int64_t pts,
                             int64_t stream_start);
+
+// Seconds the calling thread has spent in the decode loop's FFmpeg calls and in the conversion,
+// summed over its files: where a decoder's time goes (tools/bench/decode_bench --phases). A few
+// clock reads per packet, always on.
+struct DecodeTimes {
+  double read = 0.0;     // av_read_frame
+  double send = 0.0;     // avcodec_send_packet (and the packet filter)
+  double receive = 0.0;  // avcodec_receive_frame
+  double seek = 0.0;     // av_seek_frame and avcodec_flush_buffers
+  double convert = 0.0;  // a decoded picture to the encoder's RGB
+};
+DecodeTimes& thread_decode_times();
+
+// Adds the time from its construction to its destruction to `seconds`.
+class TimeInto {
+ public:
+  explicit TimeInto(double& seconds) : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+  ~TimeInto() {
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  TimeInto(const TimeInto&) = delete;
+  TimeInto& operator=(const TimeInto&) = delete;
+
+ private:
+  double& seconds_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // Called with each decoded frame in presentation order. The callee may take the frame's buffers
 // (av_frame_move_ref); whatever it leaves is unreferenced after it returns. Returning false
@@ -191,9 +227,12 @@ using BeforeSend = std::function<void(const AVPacket& packet)>;
 // tolerated, counted and logged at debug level; when not a single frame could be decoded it
 // throws MediaError kDecodeError naming the file and FFmpeg's last error, and kTimeout once
 // `deadline` has passed. Returns the number of frames given to `sink`.
+// With `filter`, a bitstream filter that makes one packet of each (the Annex B conversion of a
+// kept decoder), packets pass through it on their way to the decoder; `before_send` still sees
+// the packet as read.
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
                       const FrameSink& sink, const Deadline& deadline,
                       const std::filesystem::path& file, const BeforeRead& before_read = {},
-                      const BeforeSend& before_send = {});
+                      const BeforeSend& before_send = {}, AVBSFContext* filter = nullptr);
 
 }  // namespace precompute::ffmpeg

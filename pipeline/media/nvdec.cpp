@@ -11,6 +11,7 @@ extern "C" {
 #include <utility>
 
 #include "pipeline/media/gpu_rgb_kernel.hpp"
+#include "pipeline/media/kept_decoder.hpp"
 
 #if PRECOMPUTE_WITH_NVDEC
 extern "C" {
@@ -29,8 +30,9 @@ extern "C" {
 // capabilities (codec, profile, bit depth, chroma format, size) when it sets the hwaccel up, and
 // when they fall short it offers the software formats again, which is how a file NVDEC cannot
 // take falls back to the CPU (video_decoder.cpp). What a session keeps across files is its CUDA
-// context (Note [One CUDA context per session]), the stream and the buffers; FFmpeg makes the
-// NVDEC decoder itself per file. docs/benchmarks.md measures what this path reaches against
+// context (Note [One CUDA context per session]), the stream, the buffers and, for H.264 and
+// HEVC, the FFmpeg decoder with its NVDEC decoder (Note [Keeping NVDEC decoders across files] in
+// kept_decoder.cpp). docs/benchmarks.md measures what this path reaches against
 // NVIDIA's own PyNvVideoCodec.
 
 namespace precompute {
@@ -104,7 +106,7 @@ class ContextScope {
 
 bool nvdec_built() { return true; }
 
-NvdecSession::NvdecSession(int device) : device_(device) {
+NvdecSession::NvdecSession(int device, bool keep_decoders) : device_(device) {
   const int made = av_hwdevice_ctx_create(&hw_device_, AV_HWDEVICE_TYPE_CUDA,
                                           std::to_string(device).c_str(), nullptr, 0);
   if (made < 0) {
@@ -124,9 +126,11 @@ NvdecSession::NvdecSession(int device) : device_(device) {
   // NVDEC maps each picture on this stream (FFmpeg reads it when it makes a decoder, per file),
   // and the kernel runs on it after the map: ordered without any other synchronisation.
   cuda->stream = stream;
+  if (keep_decoders) kept_ = std::make_unique<KeptDecoder>(hw_device_);
 }
 
 NvdecSession::~NvdecSession() {
+  kept_.reset();  // its NVDEC decoder lives in the session's context
   if (cuda_.context != nullptr) {
     try {
       ContextScope scope(static_cast<CUcontext>(cuda_.context));
@@ -167,13 +171,13 @@ void NvdecSession::to_rgb(const GpuRgbParams& params, uint8_t* out) {
 
 bool nvdec_built() { return false; }
 
-NvdecSession::NvdecSession(int device) : device_(device) {
+NvdecSession::NvdecSession(int device, bool /*keep_decoders*/) : device_(device) {
   throw std::runtime_error(
       "this build of precompute has no CUDA, so no NVDEC: build it with the CUDA toolkit, or "
       "set video.decoder: cpu");
 }
 
-NvdecSession::~NvdecSession() = default;
+NvdecSession::~NvdecSession() = default;  // kept_ is never made
 
 void NvdecSession::to_rgb(const GpuRgbParams&, uint8_t*) {
   throw std::logic_error("NvdecSession::to_rgb in a build without CUDA");

@@ -20,6 +20,7 @@ struct AVBufferRef;
 namespace precompute {
 
 struct GpuRgbParams;
+class KeptDecoder;
 
 // Whether this build can decode on NVDEC (a CUDA build).
 bool nvdec_built();
@@ -27,8 +28,10 @@ bool nvdec_built();
 class NvdecSession {
  public:
   // Opens FFmpeg's CUDA device on GPU `device` (a context of its own) with a stream.
+  // `keep_decoders`: H.264 and HEVC files share one decoder kept open (Note [Keeping NVDEC
+  // decoders across files] in kept_decoder.cpp); false makes a decoder per file, for measuring.
   // Throws std::runtime_error with FFmpeg's or CUDA's reason.
-  explicit NvdecSession(int device);
+  explicit NvdecSession(int device, bool keep_decoders = true);
   ~NvdecSession();
   NvdecSession(const NvdecSession&) = delete;
   NvdecSession& operator=(const NvdecSession&) = delete;
@@ -36,6 +39,8 @@ class NvdecSession {
   int device() const { return device_; }
   // FFmpeg's device context, for AVCodecContext::hw_device_ctx (the codec takes its own ref).
   AVBufferRef* hw_device() const { return hw_device_; }
+  // The decoder kept across files, or null when the session makes one per file.
+  KeptDecoder* kept_decoder() const { return kept_.get(); }
 
   // Converts one picture in device memory (Note [Converting NVDEC pictures on the GPU]) on the
   // session's stream, which is the one NVDEC maps pictures on, and copies the out_width x
@@ -45,6 +50,7 @@ class NvdecSession {
  private:
   int device_;
   AVBufferRef* hw_device_ = nullptr;
+  std::unique_ptr<KeptDecoder> kept_;
   // The CUDA objects (none in builds without CUDA).
   struct Cuda {
     void* context = nullptr;  // CUcontext, FFmpeg's (Note [One CUDA context per session])

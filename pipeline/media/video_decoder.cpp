@@ -14,6 +14,7 @@ extern "C" {
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,7 @@ extern "C" {
 #include "pipeline/core/error.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/gpu_rgb_kernel.hpp"
+#include "pipeline/media/kept_decoder.hpp"
 #include "pipeline/media/nvdec.hpp"
 
 namespace precompute {
@@ -80,6 +82,22 @@ using ffmpeg::SwsContextPtr;
 // the frame-exactness tests check against a full decode for many GOP structures and containers
 // (tests/unit/video_decoder_test.cpp, "Seek").
 
+// Note [Seeking without a flush]
+// FFmpeg's H.264 decoder forgets its set-up when flushed, and sets its hwaccel up again at the
+// next picture: on NVDEC each seek then destroyed the NVDEC decoder and made a new one, which
+// took about 150 ms an H.264 seek on an H200 where a frame takes 1 ms, so seeking made NVDEC
+// three times slower instead of faster (docs/benchmarks.md, "NVDEC"). So H.264 on NVDEC seeks
+// without a flush when the packet it lands on holds an IDR slice: an IDR drops every reference
+// picture and restarts the picture order count, so the frames from it on are decoded as from a
+// fresh start; pictures still waiting in the decoder's reorder buffer come out first, with times
+// before the keyframe's, and are dropped as every frame before the landing keyframe is. Any
+// other keyframe (an open GOP's I-frame, a recovery point) is flushed for: the picture order
+// count runs on from the last reference picture decoded, which the seek skipped, and without a
+// flush the decoder put frames in the wrong order (the open-GOP test caught it).
+// Everything else of the Note above holds unchanged (the landing checks, the undo, which flushes,
+// and the redo). The frame-exactness tests run every GOP structure both ways
+// (VideoDecodeOptions::flush_on_seek), on the CPU, where the decoder is the same code.
+
 // Note [Skipping frames nobody keeps]
 // Between keyframes, the decoder can drop non-reference frames (B-frames, mostly) before
 // decoding them (skip_frame = AVDISCARD_NONREF): no other frame is predicted from them. A frame
@@ -91,6 +109,38 @@ using ffmpeg::SwsContextPtr;
 // packet's pts is known before it is decoded (B-frames come after the frames that follow them
 // on screen), which is what makes this work. The frames kept are those of a full decode; the
 // tests that check seeking check this too.
+
+// Whether an H.264 packet holds an IDR slice (NAL unit type 5), in either packaging: length-
+// prefixed (MP4 and Matroska, the length's size in the avcC extradata) or Annex B start codes.
+// Anything it cannot read counts as no IDR, which only costs a flush.
+bool h264_packet_has_idr(const AVPacket& packet, const AVCodecParameters& parameters) {
+  if (parameters.codec_id != AV_CODEC_ID_H264 || packet.data == nullptr || packet.size <= 0) {
+    return false;
+  }
+  const uint8_t* data = packet.data;
+  const size_t size = static_cast<size_t>(packet.size);
+  constexpr int kIdr = 5;
+  const bool avcc = parameters.extradata_size >= 7 && parameters.extradata[0] == 1;
+  if (avcc) {
+    const size_t length_size = static_cast<size_t>((parameters.extradata[4] & 3) + 1);
+    size_t at = 0;
+    while (at + length_size < size) {
+      size_t length = 0;
+      for (size_t i = 0; i < length_size; ++i) length = (length << 8) | data[at + i];
+      at += length_size;
+      if (length == 0 || length > size - at) return false;
+      if ((data[at] & 0x1F) == kIdr) return true;
+      at += length;
+    }
+    return false;
+  }
+  for (size_t at = 0; at + 3 < size; ++at) {
+    if (data[at] == 0 && data[at + 1] == 0 && data[at + 2] == 1 && (data[at + 3] & 0x1F) == kIdr) {
+      return true;
+    }
+  }
+  return false;
+}
 
 // Target times t_k, in ticks of the stream's time base from its start.
 std::vector<int64_t> sample_offsets(int64_t duration, AVRational time_base,
@@ -503,9 +553,24 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   // The decoder refuses to allocate pictures over its cap before we see them, a backstop for
   // streams whose frames grow past their header's size; the exact limit is checked on every
   // frame below.
-  CodecContextPtr codec =
-      ffmpeg::open_decoder(stream, options.threads, options.max_pixels, file,
-                           options.nvdec != nullptr ? options.nvdec->hw_device() : nullptr);
+  // On an NVDEC session, H.264 and HEVC go through the session's kept decoder (Note [Keeping
+  // NVDEC decoders across files] in kept_decoder.cpp); everything else opens its own.
+  KeptDecoder* kept = options.kept_decoder != nullptr ? options.kept_decoder
+                     : options.nvdec != nullptr     ? options.nvdec->kept_decoder()
+                                                    : nullptr;
+  std::optional<KeptDecoder::FileUse> kept_use;
+  CodecContextPtr own_codec;
+  AVCodecContext* codec = nullptr;
+  AVBSFContext* packet_filter = nullptr;
+  if (kept != nullptr && KeptDecoder::takes(stream)) {
+    kept_use.emplace(kept->begin(stream, options.max_pixels, file));
+    codec = kept_use->codec();
+    packet_filter = kept_use->filter();
+  } else {
+    own_codec = ffmpeg::open_decoder(stream, options.threads, options.max_pixels, file,
+                                     options.nvdec != nullptr ? options.nvdec->hw_device() : nullptr);
+    codec = own_codec.get();
+  }
   RgbConverter converter(options, options.autorotate ? display_orientation(stream) : Orientation{},
                          file);
   opened_ms = ms_since_start();
@@ -540,6 +605,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   seeking = seeking && avformat_index_get_entries_count(seekable) > 1;
   const int64_t reorder_margin = int64_t{stream->codecpar->video_delay + 1} * frame_period;
   bool awaiting_key = false;     // a seek was made; frames until a keyframe are dropped
+  bool flush_unless_idr = false;  // a seek was made without a flush; the next packet decides
   bool undo_pending = false;     // the seek must be undone before the next read
   int64_t seek_target = 0;       // pts of the target the seek was for
   int64_t seeked_to = std::numeric_limits<int64_t>::min();  // index time of the last seek
@@ -554,6 +620,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       std::memcpy(slot, slot - frame_bytes, frame_bytes);
     } else {
       if (frame.format == AV_PIX_FMT_CUDA) out.nvdec = true;
+      const ffmpeg::TimeInto timed(ffmpeg::thread_decode_times().convert);
       converter.convert(frame, slot);
       converted_number = number;
     }
@@ -567,6 +634,10 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   constexpr size_t kShownLimit = 64;  // well past any decoder's reorder depth (H.264: 16)
   const bool skipping = options.seek;
   const auto before_send = [&](const AVPacket& packet) {
+    if (flush_unless_idr) {
+      flush_unless_idr = false;
+      if (!h264_packet_has_idr(packet, *stream->codecpar)) avcodec_flush_buffers(codec);
+    }
     if (!skipping) return;
     codec->skip_frame = AVDISCARD_DEFAULT;
     const int64_t p = packet.pts;
@@ -594,6 +665,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   };
 
   const auto before_read = [&](int64_t last_dts) {
+    const ffmpeg::TimeInto timed(ffmpeg::thread_decode_times().seek);
     if (undo_pending) {
       shown.clear();
       undo_pending = false;
@@ -608,7 +680,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       PC_MEDIA_CHECK(back >= 0, FailureCategory::kDecodeError, file.string(),
                      ": cannot go back to the start after a seek (av_seek_frame): ",
                      ffmpeg::error_text(back));
-      avcodec_flush_buffers(codec.get());
+      avcodec_flush_buffers(codec);
       return;
     }
     if (!seeking || awaiting_key || next >= count || start == AV_NOPTS_VALUE ||
@@ -639,7 +711,14 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       return;
     }
     seeked_to = entry_time;
-    avcodec_flush_buffers(codec.get());
+    // Note [Seeking without a flush]: decided on the packet landed on (before_send).
+    const bool h264_on_nvdec =
+        codec->codec_id == AV_CODEC_ID_H264 && codec->hw_frames_ctx != nullptr;
+    if (options.flush_on_seek && !h264_on_nvdec) {
+      avcodec_flush_buffers(codec);
+    } else {
+      flush_unless_idr = true;
+    }
     shown.clear();
     awaiting_key = true;
     seek_target = target;
@@ -692,20 +771,23 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     frame_number = number;
     return true;
   };
-  ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file, before_read,
-                        before_send);
+  ffmpeg::decode_stream(input.format(), stream, codec, sink, deadline, file, before_read,
+                        before_send, packet_filter);
   if ((awaiting_key || undo_pending) && next < count) {
     // The file ended before the keyframe a seek was for: undo it and decode on from the start.
     undo_pending = true;
     before_read(AV_NOPTS_VALUE);
-    ffmpeg::decode_stream(input.format(), stream, codec.get(), sink, deadline, file, before_read,
-                          before_send);
+    ffmpeg::decode_stream(input.format(), stream, codec, sink, deadline, file, before_read,
+                          before_send, packet_filter);
   }
+  // The kept decoder (if any) is left in a known state: the next file flushes it.
+  if (kept_use) kept_use->finish();
   out.decoded_frames = decoded;
   spdlog::debug("{}: {} in {:.1f} ms: opened after {:.1f} ms, first frame after {:.1f} ms, {} "
-                "frames decoded, {} seek(s)",
+                "frames decoded, {} seek(s){}",
                 file.string(), out.nvdec ? "NVDEC" : "CPU", ms_since_start(), opened_ms,
-                first_frame_ms, decoded, out.seeks);
+                first_frame_ms, decoded, out.seeks,
+                kept_use ? fmt::format(", decoder kept (reused {} times)", kept->reuses()) : "");
 
   if (frame_number < 0) {
     // Not one frame kept, though frames were decoded (else decode_stream would have thrown): a
@@ -714,6 +796,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     // without seeking, so that is what is done, in the time left.
     PC_MEDIA_CHECK(options.seek && out.seeks > 0, FailureCategory::kDecodeError, file.string(),
                    ": no frame could be decoded");
+    kept_use.reset();  // the session's kept decoder serves the redo
     VideoDecodeOptions forward = options;
     forward.seek = false;
     forward.timeout_s = std::max(1e-3, deadline.seconds_left());

@@ -13,6 +13,7 @@
 
 namespace precompute {
 
+class KeptDecoder;
 class NvdecSession;
 
 struct VideoDecodeOptions {
@@ -32,9 +33,16 @@ struct VideoDecodeOptions {
   bool seek = true;        // skip to keyframes near the targets and drop non-reference frames
                            // no target keeps (Notes [Seeking to what is sampled] and [Skipping
                            // frames nobody keeps] in video_decoder.cpp); false: every frame
+  // Flush the decoder at each seek (Note [Seeking without a flush] in video_decoder.cpp); H.264
+  // on NVDEC never does, whatever this says. false is there so the CPU tests can check the
+  // flushless seek frame by frame.
+  bool flush_on_seek = true;
   // Decode on this NVDEC session and convert on its GPU; null: on the CPU. A stream the engine
   // cannot take is decoded on the CPU by the same call (VideoFrames::nvdec tells which).
   NvdecSession* nvdec = nullptr;
+  // H.264 and HEVC through this decoder, kept open from file to file (Note [Keeping NVDEC
+  // decoders across files] in kept_decoder.cpp); null: the NVDEC session's, else one per file.
+  KeptDecoder* kept_decoder = nullptr;
 };
 
 // The options of `section`, with the per-file limits of `run`.

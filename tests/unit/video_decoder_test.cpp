@@ -25,6 +25,7 @@
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/pause_clock.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
+#include "pipeline/media/kept_decoder.hpp"
 #include "test_media.hpp"
 
 namespace precompute {
@@ -1072,17 +1073,24 @@ TEST_P(VideoDecoderSeek, KeepsTheFramesOfAFullDecode) {
     VideoDecodeOptions full = sampling;
     full.seek = false;
     const VideoFrames expected = decode_video(clip, full);
-    const VideoFrames got = decode_video(clip, sampling);
-    ASSERT_EQ(got.num_frames, expected.num_frames) << c.name;
-    EXPECT_EQ(got.timestamps, expected.timestamps) << c.name << " fps " << sampling.fps
-                                                   << " num_frames " << sampling.num_frames;
-    EXPECT_TRUE(got.rgb == expected.rgb) << c.name << " fps " << sampling.fps << " num_frames "
-                                         << sampling.num_frames << ": pixels differ";
-    if (!c.may_undo) {
-      EXPECT_EQ(got.seeks_undone, 0) << c.name << ": a seek landed past its target";
-      EXPECT_LE(got.decoded_frames, expected.decoded_frames) << c.name;
+    // Both ways of seeking: with a flush, and without (Note [Seeking without a flush]).
+    for (const bool flush : {true, false}) {
+      VideoDecodeOptions seeking = sampling;
+      seeking.flush_on_seek = flush;
+      const VideoFrames got = decode_video(clip, seeking);
+      ASSERT_EQ(got.num_frames, expected.num_frames) << c.name;
+      EXPECT_EQ(got.timestamps, expected.timestamps)
+          << c.name << " fps " << sampling.fps << " num_frames " << sampling.num_frames
+          << " flush " << flush;
+      EXPECT_TRUE(got.rgb == expected.rgb)
+          << c.name << " fps " << sampling.fps << " num_frames " << sampling.num_frames
+          << " flush " << flush << ": pixels differ";
+      if (!c.may_undo) {
+        EXPECT_EQ(got.seeks_undone, 0) << c.name << ": a seek landed past its target";
+        EXPECT_LE(got.decoded_frames, expected.decoded_frames) << c.name;
+      }
+      seeks += got.seeks;
     }
-    seeks += got.seeks;
   }
   if (c.indexed) {
     EXPECT_GT(seeks, 0) << c.name << ": seeking never happened, so nothing was tested";
@@ -1179,6 +1187,96 @@ TEST(VideoDecoderSeek, SparseSamplingOfALongGopDecodesFewerFrames) {
   EXPECT_GT(all.decoded_frames, 250);
   EXPECT_LT(sought.decoded_frames, 4 * 26 + 8);
   EXPECT_GE(sought.seeks, 3);
+}
+
+
+// Note [Keeping NVDEC decoders across files]: files decoded one after another through one kept
+// decoder give, bit for bit, the frames and timestamps of a decoder of their own, whatever came
+// before them: other GOP structures, containers with and without Annex B packets, a change of
+// picture size, of chroma format and of colour tags, a file with damaged bytes, and a file that
+// fails part-way.
+// The CPU decodes here (no NVDEC session), which is what makes bit equality the test.
+TEST(KeptDecoder, FilesInARowGiveTheFramesOfADecoderOfTheirOwn) {
+  TempDir dir;
+  const std::string pattern = "-f lavfi -i testsrc2=s=160x120:r=25:d=6 ";
+  const auto fixed = dir / "fixed.mp4";
+  run_ffmpeg(pattern + "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=25:scenecut=0 " +
+             quoted(fixed));
+  const auto pyramid = dir / "pyramid.mkv";
+  run_ffmpeg(pattern + "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=30:bframes=3:" +
+             "b-pyramid=normal " + quoted(pyramid));
+  const auto open_gop = dir / "open.mp4";
+  run_ffmpeg(pattern + "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=30:bframes=3:" +
+             "open-gop=1 " + quoted(open_gop));
+  const auto annex_b = dir / "clip.ts";
+  run_ffmpeg(pattern + "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=25 " +
+             quoted(annex_b));
+  const auto larger = dir / "larger.mp4";
+  run_ffmpeg("-f lavfi -i testsrc2=s=320x240:r=30:d=4 -c:v libx264 -pix_fmt yuv420p " +
+             quoted(larger));
+  const auto chroma444 = dir / "444.mp4";
+  run_ffmpeg(pattern + "-c:v libx264 -pix_fmt yuv444p " + quoted(chroma444));
+  const auto full_range = dir / "full_range.mp4";
+  run_ffmpeg(pattern + "-c:v libx264 -pix_fmt yuvj420p -color_range pc " + quoted(full_range));
+  const auto bt709 = dir / "bt709.mp4";
+  run_ffmpeg(pattern + "-c:v libx264 -pix_fmt yuv420p -colorspace bt709 -color_primaries bt709 " +
+             "-color_trc bt709 " + quoted(bt709));
+  const auto hevc = dir / "hevc.mp4";
+  run_ffmpeg(pattern + "-c:v libx265 -x265-params keyint=25:bframes=3:log-level=error " +
+             "-tag:v hvc1 " + quoted(hevc));
+  const auto damaged = dir / "damaged.mp4";
+  std::filesystem::copy_file(fixed, damaged);
+  {
+    std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = static_cast<std::streamoff>(std::filesystem::file_size(damaged));
+    std::mt19937 random(7);
+    for (std::streamoff at = size / 3; at < size / 3 + 2000; at += 97) {
+      file.seekp(at);
+      file.put(static_cast<char>(random() & 0xFF));
+    }
+  }
+
+  // Tagged colours before untagged ones: what a stream does not say must not be inherited.
+  const std::vector<std::filesystem::path> files = {
+      full_range, fixed,   bt709, pyramid, open_gop, annex_b, larger, full_range, fixed,
+      chroma444,  hevc,    damaged, bt709, pyramid, hevc,    annex_b, fixed};
+  for (const VideoDecodeOptions& sampling :
+       {num_frames_options(4, 48), fps_options(3.0, 48), fps_options(25.0, 48)}) {
+    KeptDecoder kept(/*hw_device=*/nullptr);
+    VideoDecodeOptions through_kept = sampling;
+    through_kept.kept_decoder = &kept;
+    for (const auto& file : files) {
+      const VideoFrames expected = decode_video(file, sampling);
+      const VideoFrames got = decode_video(file, through_kept);
+      ASSERT_EQ(got.num_frames, expected.num_frames) << file;
+      EXPECT_EQ(got.timestamps, expected.timestamps) << file << " fps " << sampling.fps;
+      EXPECT_TRUE(got.rgb == expected.rgb) << file << " fps " << sampling.fps << ": pixels differ";
+      EXPECT_EQ(got.decoded_frames, expected.decoded_frames) << file;
+    }
+    EXPECT_GE(kept.reuses(), 8) << "the decoder was not kept, so nothing was tested";
+  }
+}
+
+TEST(KeptDecoder, AFileThatFailsPartWayLeavesAFreshDecoderForTheNext) {
+  TempDir dir;
+  const auto clip = dir / "clip.mp4";
+  run_ffmpeg("-f lavfi -i testsrc2=s=160x120:r=25:d=4 -c:v libx264 -pix_fmt yuv420p " +
+             quoted(clip));
+  KeptDecoder kept(/*hw_device=*/nullptr);
+  VideoDecodeOptions options = fps_options(25.0, 48);
+  options.kept_decoder = &kept;
+  const VideoFrames expected = decode_video(clip, fps_options(25.0, 48));
+  (void)decode_video(clip, options);
+  (void)decode_video(clip, options);
+  EXPECT_EQ(kept.reuses(), 1);
+  VideoDecodeOptions failing = options;
+  failing.max_decoded_frames = 10;  // thrown from inside the decode loop
+  EXPECT_EQ(outcome_of(clip, failing).category, "too_long");
+  EXPECT_EQ(kept.reuses(), 2);  // the failing file was given the kept decoder
+  const VideoFrames after = decode_video(clip, options);
+  EXPECT_EQ(kept.reuses(), 2) << "a decoder that failed part-way was used again";
+  EXPECT_EQ(after.timestamps, expected.timestamps);
+  EXPECT_TRUE(after.rgb == expected.rgb);
 }
 
 }  // namespace

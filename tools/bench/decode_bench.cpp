@@ -5,9 +5,17 @@
 // frames/s of each decoder alone", and to look at NVDEC without LibTorch in the process
 // (tools/bench/run_gpu_video_bench.sh, stage "decode").
 //
-//   decode_bench --decoder cpu --threads 16 --num-frames 4 --repeat 20 \
-//       bench-data/h264_720p/*.mp4
+//   decode_bench --decoder cpu --threads 16 --num-frames 4 --repeat 20 bench-data/h264_720p/*.mp4
 //   decode_bench --decoder nvdec --threads 4 --device 0 --fps 1 bench-data/h264_720p/*.mp4
+//
+// --mode picks what runs per file: `full` (default) is decode_video, precompute's path with
+// seeking, frame dropping and the conversion to RGB; `plain` decodes every frame with the same
+// decoder set-up and nothing else; `cuvid` (NVDEC only) decodes every frame with FFmpeg's
+// *_cuvid decoders, NVIDIA's parser inside FFmpeg. plain and cuvid also report the seconds spent
+// opening, decoding and closing, summed over the threads: where NVDEC's time goes. --no-keep
+// gives every file a decoder of its own (Note [Keeping NVDEC decoders across files]). The in_*
+// figures are the seconds inside FFmpeg's read, send, receive and seek calls and the conversion,
+// summed over the threads (ffmpeg::DecodeTimes).
 
 #include <atomic>
 #include <chrono>
@@ -20,7 +28,13 @@
 #include <thread>
 #include <vector>
 
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+}
+
 #include "pipeline/core/error.hpp"
+#include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/nvdec.hpp"
 #include "pipeline/media/video_decoder.hpp"
 
@@ -28,6 +42,7 @@ namespace {
 
 struct Args {
   std::string decoder = "cpu";
+  std::string mode = "full";
   int threads = 1;
   int device = 0;
   double fps = 0.0;
@@ -35,6 +50,7 @@ struct Args {
   int size = 224;
   int repeat = 1;
   bool seek = true;
+  bool keep = true;
   std::vector<std::filesystem::path> files;
 };
 
@@ -42,7 +58,7 @@ struct Args {
   std::fprintf(stderr,
                "decode_bench: %s\nusage: decode_bench [--decoder cpu|nvdec] [--threads N] "
                "[--device D] (--fps X | --num-frames N) [--size S] [--repeat R] [--no-seek] "
-               "FILE...\n",
+               "[--mode full|plain|cuvid] [--no-keep] FILE...\n",
                why.c_str());
   std::exit(2);
 }
@@ -58,6 +74,8 @@ Args parse(int argc, char** argv) {
     try {
       if (arg == "--decoder") {
         a.decoder = value();
+      } else if (arg == "--mode") {
+        a.mode = value();
       } else if (arg == "--threads") {
         a.threads = std::stoi(value());
       } else if (arg == "--device") {
@@ -70,6 +88,8 @@ Args parse(int argc, char** argv) {
         a.size = std::stoi(value());
       } else if (arg == "--repeat") {
         a.repeat = std::stoi(value());
+      } else if (arg == "--no-keep") {
+        a.keep = false;
       } else if (arg == "--no-seek") {
         a.seek = false;
       } else if (arg.rfind("--", 0) == 0) {
@@ -82,6 +102,10 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.decoder != "cpu" && a.decoder != "nvdec") usage("--decoder is cpu or nvdec");
+  if (a.mode != "full" && a.mode != "plain" && a.mode != "cuvid") {
+    usage("--mode is full, plain or cuvid");
+  }
+  if (a.mode == "cuvid" && a.decoder != "nvdec") usage("--mode cuvid needs --decoder nvdec");
   if ((a.fps > 0) == (a.num_frames > 0)) usage("give exactly one of --fps and --num-frames");
   // The config's bounds for video.sampling (pipeline/core/config.cpp); inf and NaN fail too.
   if (a.fps > 0 && !(a.fps >= 0.001 && a.fps <= 1000)) usage("--fps is 0.001 to 1000");
@@ -92,6 +116,58 @@ Args parse(int argc, char** argv) {
   }
   if (a.files.empty()) usage("no files");
   return a;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Seconds of one file's phases, for plain and cuvid.
+struct Phases {
+  double open = 0.0;
+  double decode = 0.0;
+  double close = 0.0;
+};
+
+// Every frame of `file`, decoded and dropped: `plain` through precompute's decoder set-up
+// (ffmpeg::open_decoder, NVDEC as FFmpeg's hwaccel when `hw_device` is given), `cuvid` through
+// FFmpeg's *_cuvid decoder. Returns the frames decoded.
+int64_t decode_every_frame(const std::filesystem::path& file, const std::string& mode,
+                           AVBufferRef* hw_device, Phases& phases) {
+  namespace ff = precompute::ffmpeg;
+  auto t = Clock::now();
+  const ff::Deadline deadline(600.0);
+  ff::InputFile input = ff::open_input(file, ff::InputLimits{int64_t{1} << 40, int64_t{1} << 26},
+                                       deadline);
+  const AVStream* stream = ff::find_stream(input.format(), AVMEDIA_TYPE_VIDEO, file);
+  ff::CodecContextPtr codec;
+  if (mode == "plain") {
+    codec = ff::open_decoder(stream, 1, int64_t{1} << 26, file, hw_device);
+  } else {
+    const std::string name = std::string(avcodec_get_name(stream->codecpar->codec_id)) + "_cuvid";
+    const AVCodec* decoder = avcodec_find_decoder_by_name(name.c_str());
+    if (decoder == nullptr) throw std::runtime_error("this FFmpeg has no " + name);
+    codec.reset(avcodec_alloc_context3(decoder));
+    if (!codec) throw std::bad_alloc();
+    if (avcodec_parameters_to_context(codec.get(), stream->codecpar) < 0 ||
+        (codec->hw_device_ctx = av_buffer_ref(hw_device)) == nullptr) {
+      throw std::runtime_error("cannot set up " + name);
+    }
+    codec->pkt_timebase = stream->time_base;
+    const int opened = avcodec_open2(codec.get(), decoder, nullptr);
+    if (opened < 0) throw std::runtime_error(name + ": " + ff::error_text(opened));
+  }
+  phases.open += seconds_since(t);
+  t = Clock::now();
+  const int64_t frames = ff::decode_stream(input.format(), stream, codec.get(),
+                                           [](AVFrame*) { return true; }, deadline, file);
+  phases.decode += seconds_since(t);
+  t = Clock::now();
+  codec.reset();
+  phases.close += seconds_since(t);
+  return frames;
 }
 
 }  // namespace
@@ -110,7 +186,7 @@ int main(int argc, char** argv) {
   if (args.decoder == "nvdec") {
     try {
       for (int t = 0; t < args.threads; ++t) {
-        sessions.push_back(std::make_unique<precompute::NvdecSession>(args.device));
+        sessions.push_back(std::make_unique<precompute::NvdecSession>(args.device, args.keep));
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "decode_bench: %s\n", e.what());
@@ -124,6 +200,8 @@ int main(int argc, char** argv) {
   std::atomic<int64_t> kept{0};
   std::atomic<int64_t> on_nvdec{0};
   std::atomic<int64_t> failed{0};
+  std::vector<Phases> phases(static_cast<size_t>(args.threads));
+  std::vector<precompute::ffmpeg::DecodeTimes> times(static_cast<size_t>(args.threads));
   const auto started = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (int t = 0; t < args.threads; ++t) {
@@ -134,6 +212,12 @@ int main(int argc, char** argv) {
         const auto& file =
             args.files[static_cast<size_t>(i % static_cast<int64_t>(args.files.size()))];
         try {
+          if (args.mode != "full") {
+            decoded += decode_every_frame(file, args.mode,
+                                          mine.nvdec != nullptr ? mine.nvdec->hw_device() : nullptr,
+                                          phases[static_cast<size_t>(t)]);
+            continue;
+          }
           const precompute::VideoFrames frames = precompute::decode_video(file, mine);
           decoded += frames.decoded_frames;
           kept += frames.num_frames;
@@ -142,16 +226,36 @@ int main(int argc, char** argv) {
           if (failed++ == 0) std::fprintf(stderr, "decode_bench: %s\n", e.what());
         }
       }
+      times[static_cast<size_t>(t)] = precompute::ffmpeg::thread_decode_times();
     });
   }
   for (auto& thread : threads) thread.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  Phases sum;
+  for (const Phases& p : phases) {
+    sum.open += p.open;
+    sum.decode += p.decode;
+    sum.close += p.close;
+  }
+  precompute::ffmpeg::DecodeTimes in;
+  for (const auto& t : times) {
+    in.read += t.read;
+    in.send += t.send;
+    in.receive += t.receive;
+    in.seek += t.seek;
+    in.convert += t.convert;
+  }
   std::printf(
-      "{\"decoder\": \"%s\", \"threads\": %d, \"seek\": %s, \"clips\": %lld, \"failed\": %lld, "
+      "{\"mode\": \"%s\", \"open_s\": %.3f, \"decode_s\": %.3f, \"close_s\": %.3f, "
+      "\"in_read_s\": %.3f, \"in_send_s\": %.3f, \"in_receive_s\": %.3f, \"in_seek_s\": %.3f, "
+      "\"in_convert_s\": %.3f, "
+      "\"decoder\": \"%s\", \"threads\": %d, \"seek\": %s, \"clips\": %lld, \"failed\": %lld, "
       "\"on_nvdec\": %lld, \"seconds\": %.3f, \"clips_per_s\": %.2f, \"decoded_frames\": %lld, "
       "\"decoded_frames_per_s\": %.0f, \"kept_frames\": %lld}\n",
-      args.decoder.c_str(), args.threads, args.seek ? "true" : "false",
+      args.mode.c_str(), sum.open, sum.decode, sum.close, in.read, in.send, in.receive, in.seek,
+      in.convert, args.decoder.c_str(), args.threads,
+      args.seek ? "true" : "false",
       static_cast<long long>(total), static_cast<long long>(failed.load()),
       static_cast<long long>(on_nvdec.load()), seconds, static_cast<double>(total) / seconds,
       static_cast<long long>(decoded.load()), static_cast<double>(decoded.load()) / seconds,

@@ -9,7 +9,8 @@
 #   h264_720p   8 clips of 10 s, 1280x720, 30 fps, H.264 (x264 veryfast, crf 30, a keyframe every
 #               2 s, B-frames), AAC audio: the clip set of the issue's table
 #   hevc_1080p  2 clips of 60 s, 1920x1080, 30 fps, HEVC (x265 ultrafast, crf 32, default GOP)
-#   long_720p   2 clips of 5 min, 1280x720, 30 fps, H.264 with x264's default GOP (keyint 250)
+#   long_720p   1 clip of 5 min, 1280x720, 30 fps, H.264 with x264's default GOP (keyint 250),
+#               at most 450 kbit/s
 #   parity      short clips for tests/gpu/nvdec_parity.py: 8-bit 4:2:0 untagged, BT.709, full
 #               range, 10-bit HEVC, 4:4:4 (beyond NVDEC's H.264: must fall back), a rotated one,
 #               VP9, MPEG-4 part 2
@@ -46,10 +47,9 @@ case $set_name in
         -x265-params log-level=error -tag:v hvc1 -pix_fmt yuv420p -c:a aac -b:a 64k
     done ;;
   long_720p)
-    for i in 0 1; do
-      make "clip$i.mp4" 300 1280x720 30 $((i * 40)) -- -c:v libx264 -preset veryfast -crf 32 \
-        -pix_fmt yuv420p -c:a aac -b:a 64k
-    done ;;
+    # One clip, its rate capped so that it travels to the GPU machine (under 20 MB).
+    make "clip0.mp4" 300 1280x720 30 40 -- -c:v libx264 -preset veryfast -crf 32 \
+      -maxrate 450k -bufsize 900k -pix_fmt yuv420p -c:a aac -b:a 32k ;;
   parity)
     make h264_420_untagged.mp4 2 640x360 25 0 -- -c:v libx264 -preset veryfast -pix_fmt yuv420p \
       -c:a aac

@@ -59,19 +59,35 @@ fi
 
 if [[ " $stages " == *" decode "* ]]; then
   # The decoders alone (tools/bench/decode_bench.cpp: no graph, no encoder, no LibTorch): the
-  # CPU on every core, then NVDEC with 1, 4 and 7 sessions, at both samplings.
+  # CPU on every core, then NVDEC with 1, 4 and 7 sessions, at both samplings; then every frame
+  # of each clip (modes plain and cuvid: FFmpeg's hwaccel as precompute sets it up, and FFmpeg's
+  # *_cuvid decoders) with the seconds spent opening, decoding and closing.
   echo "==== decoders alone (log: $OUT/decode.log) ===="
-  clips=(bench-data/h264_720p/*.mp4)
+  clips=(${DECODE_CLIPS:-bench-data/h264_720p/*.mp4})
+  bench=build-gpu/tools/bench/decode_bench
   for sampling in "--num-frames 4" "--fps 1"; do
     # shellcheck disable=SC2086  # $sampling is two words
-    build-gpu/tools/bench/decode_bench --decoder cpu --threads "$(nproc)" $sampling --repeat 40 \
-      "${clips[@]}" 2>&1 | tee -a "$OUT/decode.log"
+    "$bench" --decoder cpu --threads "$(nproc)" $sampling --repeat 40 "${clips[@]}" 2>&1 |
+      tee -a "$OUT/decode.log"
     for sessions in 1 4 7; do
       # shellcheck disable=SC2086
-      build-gpu/tools/bench/decode_bench --decoder nvdec --threads "$sessions" $sampling \
-        --repeat 4 "${clips[@]}" 2>&1 | tee -a "$OUT/decode.log"
+      timeout 120 "$bench" --decoder nvdec --threads "$sessions" $sampling --repeat 4 \
+        "${clips[@]}" 2>&1 | tee -a "$OUT/decode.log"
     done
   done
+  # Before Note [Keeping NVDEC decoders across files]: a decoder per file.
+  for sessions in 1 4; do
+    timeout 120 "$bench" --decoder nvdec --no-keep --threads "$sessions" --num-frames 4 \
+      --repeat 4 "${clips[@]}" 2>&1 | tee -a "$OUT/decode.log"
+  done
+  for mode in plain cuvid; do
+    for sessions in 1 4; do
+      timeout 120 "$bench" --decoder nvdec --mode "$mode" --threads "$sessions" --num-frames 4 \
+        --repeat "$sessions" "${clips[@]}" 2>&1 | tee -a "$OUT/decode.log"
+    done
+  done
+  "$bench" --decoder cpu --mode plain --threads "$(nproc)" --num-frames 4 --repeat 8 \
+    "${clips[@]}" 2>&1 | tee -a "$OUT/decode.log"
 fi
 
 if [[ " $stages " == *" diag "* ]]; then
