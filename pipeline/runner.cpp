@@ -198,7 +198,6 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   validate(config);
   const auto run_started = std::chrono::steady_clock::now();
   RunStats stats;
-  const int decode_threads = config.run.decode_threads > 0 ? config.run.decode_threads : cores();
   configure_torch_threads(config.run.torch_threads);
 
   const auto samples = read_input(config.input.manifest, config.input.folder);
@@ -234,6 +233,11 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
   // which may refuse the run.
   SamplePreparer preparer(config, stats);
+  // One decode thread per core, plus one per NVDEC session that joins the CPU decoders (Note
+  // [Choosing the video decoder]).
+  const int decode_threads = config.run.decode_threads > 0
+                                 ? config.run.decode_threads
+                                 : cores() + preparer.decode_threads_beside_the_cpu();
 
   OutputIndex index;
   index.meta = make_meta(config, pools);

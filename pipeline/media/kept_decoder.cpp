@@ -19,7 +19,13 @@
 //   as a packet of their own, so the pictures that follow are decoded with this file's sets even
 //   when its first picture is not an IDR, before which the filter would insert them.
 // - Between files the decoder is flushed, as after a seek (Note [Seeking to what is sampled] in
-//   video_decoder.cpp): nothing of the previous file is output.
+//   video_decoder.cpp): nothing of the previous file is output. For HEVC that is all a new file
+//   costs. FFmpeg's H.264 decoder sets its hwaccel up anew after a flush (Note [Seeking without a
+//   flush] there), so H.264 still remakes the NVDEC decoder once a file. Ending each file with
+//   end-of-sequence packets instead (each returns one delayed frame, and no flush is needed)
+//   was tried and fails: the decoder then drops the next file's first frames, whose picture
+//   order counts are below the last one it output (KeptDecoder.FilesInARow... in
+//   tests/unit/video_decoder_test.cpp caught it).
 // - A new file with other dimensions or another pixel format makes FFmpeg ask get_format again
 //   and set NVDEC up anew, as a change inside one stream would; a file of another codec gets a
 //   new decoder. What stays from file to file is what is not per picture: the NVDEC decoder,

@@ -63,7 +63,9 @@ std::vector<int> cuda_devices(const std::vector<std::string>& devices) {
 // Note [Choosing the video decoder]
 // video.decoder: auto opens NVDEC sessions on the GPUs video runs on, when the build has CUDA
 // and video has a GPU; the decode threads then take a free session for each file and decode on
-// the CPU when none is free, so both kinds stay busy. Without a build or GPU for it, auto is the
+// the CPU when none is free, so both kinds stay busy. A thread on NVDEC mostly waits for the
+// GPU, so auto adds a decode thread per session to the one per core (unless run.decode_threads
+// says otherwise): the cores keep decoding at full strength beside the engines. Without a build or GPU for it, auto is the
 // CPU, said once at start-up. nvdec waits for a session for every file, and refuses to start
 // without them. Either way a file NVDEC fails on (a stream it cannot take, a decode error) is
 // decoded again on the CPU and counted.
@@ -117,6 +119,11 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
   lease = {};  // free for another file while this one decodes on the CPU
   stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
   return decode_video(file, s.video_options);
+}
+
+int SamplePreparer::decode_threads_beside_the_cpu() const {
+  const State& s = *state_;
+  return s.video && s.nvdec && s.decoder == VideoDecoderKind::kAuto ? s.nvdec->size() : 0;
 }
 
 std::string SamplePreparer::video_decoders() const {

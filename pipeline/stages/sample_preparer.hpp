@@ -27,6 +27,9 @@ class SamplePreparer {
   // The NVDEC sessions that decode video and whether CPU decoders join them; empty when only
   // the CPU decodes (or there is no video).
   std::string video_decoders() const;
+  // Decode threads to add to one per core so that the CPU decoders stay as many while some
+  // threads wait on NVDEC: the sessions, under video.decoder: auto; else 0.
+  int decode_threads_beside_the_cpu() const;
 
  private:
   struct State;
