@@ -34,8 +34,9 @@ std::unique_ptr<Encoder> load_encoder(const Config& config, Modality modality,
     case Modality::kAudio:
       return make_audio_encoder(config.audio, resolved);
     case Modality::kText:
-      return config.text.encoder.type == "bert" ? make_bert_text_encoder(config.text, resolved)
-                                                : make_text_encoder(config.text, resolved);
+      return config.text.encoder.type == EncoderType::kBert
+                 ? make_bert_text_encoder(config.text, resolved)
+                 : make_text_encoder(config.text, resolved);
   }
   PC_ASSERT(false, "unknown modality");
 }

@@ -78,7 +78,7 @@ std::string preprocessing_json(const Config& c, Modality m) {
     case Modality::kText: {
       const auto t = tokenizer_options(c.text);
       j = {{"tokenizer", "bert-wordpiece"},
-           {"encoder_type", c.text.encoder.type},
+           {"encoder_type", encoder_type_name(c.text.encoder.type)},
            {"lower_case", t.lower_case},
            {"strip_accents", t.strip_accents.value_or(t.lower_case)},
            {"tokenize_chinese_chars", t.tokenize_chinese_chars},

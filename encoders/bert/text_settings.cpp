@@ -5,7 +5,7 @@
 namespace precompute {
 
 void resolve_text_settings(TextSection& text) {
-  if (text.encoder.type == "bert") {
+  if (text.encoder.type == EncoderType::kBert) {
     const ModelFolder folder = read_model_folder(text.encoder.path);
     if (!text.lower_case) text.lower_case = folder.tokenizer.lower_case;
     if (!text.strip_accents) text.strip_accents = folder.tokenizer.strip_accents;

@@ -1,28 +1,33 @@
 #pragma once
-// The run's configuration as typed structs. configs/reference.yaml documents every field with
-// the same words; load_config() reads YAML into these and validate() says how to fix what is
-// wrong before any work starts.
+// The run's configuration as typed structs, expanded from one list of keys per section (Note
+// [Config keys]); configs/reference.yaml documents every key with its default. load_config()
+// reads YAML into these and validate() says how to fix what is wrong before any work starts.
 
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "pipeline/core/modality.hpp"
 
 namespace precompute {
 
-// Limits shared with the commands that take the same settings as flags (Note [Config bounds] in
-// config.cpp has every other range).
+// Limits shared with the commands that take the same settings as flags (the key lists below have
+// every other range).
 // Threads one setting may start at once: more than machines have cores, far fewer than the count
 // at which creating them fails.
 inline constexpr int kMaxThreads = 1024;
 // Tokens per text, [CLS] and [SEP] included: a shorter limit leaves no room for the text itself.
 inline constexpr int kMinTokenizerMaxLength = 3;
 inline constexpr int kMaxTokenizerMaxLength = 65536;
+inline constexpr double kDay = 24 * 3600.0;  // seconds, for the ranges of time limits
 
 // Floating-point type the encoder runs in.
 enum class ComputeDtype { kFloat32, kFloat16, kBFloat16 };
@@ -58,7 +63,14 @@ enum class VideoDecoderKind {
   kNvdec,  // NVDEC only; a stream it cannot take still falls back to the CPU
 };
 
+// The model format an encoder section names (encoder.type).
+enum class EncoderType {
+  kTorchScript,  // a torch.jit.save'd file
+  kBert,         // a Hugging Face BERT folder (text only)
+};
+
 std::string_view compute_dtype_name(ComputeDtype d);
+std::string_view encoder_type_name(EncoderType t);
 std::string_view video_decoder_name(VideoDecoderKind k);
 // The CUDA device number of a device string that validate() accepted: 0 for "cuda", N for
 // "cuda:N"; nullopt for "cpu".
@@ -67,88 +79,6 @@ std::string_view storage_dtype_name(StorageDtype d);
 std::string_view pooling_name(Pooling p);
 std::string_view resize_mode_name(ResizeMode r);
 std::string_view video_layout_name(VideoLayout l);
-
-// The model behind one encoder.
-struct EncoderSpec {
-  std::string type = "torchscript";  // torchscript (a file), or bert (a Hugging Face folder)
-  std::filesystem::path path;        // resolved against the config file's folder
-};
-
-// What every modality's encoder section has in common.
-struct EncoderSection {
-  bool enabled = false;            // the section is present in the config
-  EncoderSpec encoder;
-  std::vector<std::string> devices;  // "cpu", "cuda", "cuda:1"; empty: run.device
-  ComputeDtype dtype = ComputeDtype::kFloat32;
-  int batch_size = 16;             // samples per batch, at most
-  std::optional<Pooling> pooling;  // unset: mean (text with a bert folder: the folder's pooling)
-  std::optional<bool> normalize;   // L2-normalise each stored vector; unset: no (text with a
-                                   // bert folder: whether the folder has a Normalize module)
-
-  Pooling pooling_mode() const { return pooling.value_or(Pooling::kMean); }
-  bool normalized() const { return normalize.value_or(false); }
-};
-
-struct VideoSection : EncoderSection {
-  double fps = 0.0;                // sample this many frames per second of video, or ...
-  int num_frames = 0;              // ... this many frames spread evenly over the clip
-  int height = 224;                // encoder input size
-  int width = 224;
-  ResizeMode resize = ResizeMode::kShorterSideCrop;
-  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};  // per channel, on [0, 1] pixels
-  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
-  VideoLayout layout = VideoLayout::kFrames;
-  int64_t max_batch_frames = 0;    // frames per batch, at most (0: batch_size alone)
-  double max_duration_s = 4 * 3600.0;  // longer clips fail with category too_long
-  int max_frames = 4096;           // frames per sample, at most (fps sampling of long clips)
-  int decoder_threads = 1;         // FFmpeg threads per decoder (parallelism is across samples)
-  int64_t max_pixels = 8192LL * 8192;  // coded width x height above this: category too_large
-  int64_t max_decoded_frames = 1000000;  // frames through the decoder per sample: too_long
-  bool autorotate = true;          // apply the stream's display matrix (rotation, flips)
-  bool seek = true;                // seek to keyframes and drop frames nobody keeps (same frames)
-  // cpu by default: through FFmpeg's hwaccel, NVDEC decodes far slower than the CPU decoders
-  // on the reference machine (3 clips/s against 97; docs/benchmarks.md, "NVDEC"), and under
-  // auto its sessions hold files the CPU would finish sooner.
-  VideoDecoderKind decoder = VideoDecoderKind::kCpu;
-  int nvdec_sessions = 4;          // NVDEC sessions per GPU of video.device
-};
-
-struct AudioSection : EncoderSection {
-  int sample_rate = 16000;         // the encoder's rate; audio is resampled to it, mono
-  double window_s = 0.0;           // window length; 0: the whole clip is one window
-  double hop_s = 0.0;              // window start to start; 0: window_s
-  int64_t max_batch_seconds = 0;   // audio seconds per batch, at most (0: batch_size alone)
-  double max_duration_s = 4 * 3600.0;
-};
-
-// Tokenizer settings left unset take the model folder's (encoder type bert, see
-// encoders/bert/text_settings.hpp) or BERT's defaults (lower_case true, strip_accents following
-// lower_case, tokenize_chinese_chars true, max_length 128).
-struct TextSection : EncoderSection {
-  std::filesystem::path vocab;     // WordPiece vocab.txt; type bert: the folder's by default
-  std::optional<bool> lower_case;
-  std::optional<bool> strip_accents;
-  std::optional<bool> tokenize_chinese_chars;
-  std::optional<int> max_length;   // tokens per caption, [CLS] and [SEP] included
-  int64_t max_batch_tokens = 0;    // tokens per batch, at most (0: batch_size alone); padded
-                                   // tokens for torchscript, real tokens for bert
-  int output_layer = -1;           // bert: hidden states after this layer (-1: last, 0: embeddings)
-  int64_t max_text_bytes = 1 << 20;  // longer captions fail with category too_large
-};
-
-struct InputSection {
-  std::filesystem::path manifest;  // JSONL, CSV or TSV; or ...
-  std::filesystem::path folder;    // ... a folder of media files with optional .txt captions
-};
-
-struct OutputSection {
-  std::filesystem::path path;      // output folder; created if missing
-  int64_t shard_size = 1024;       // manifest samples per shard
-  StorageDtype dtype = StorageDtype::kFloat16;
-  int chunk_rows = 256;            // HDF5 chunk height for embedding datasets
-  bool overwrite = false;          // start over: remove an earlier run's files in `path`
-  bool retry_failed = false;       // resume, and also redo the samples that failed before
-};
 
 // How much device memory each GPU may use: bytes, or a fraction of the card. Unset: no budget.
 struct MemoryBudget {
@@ -166,24 +96,252 @@ MemoryBudget parse_memory_budget(const std::string& text, std::string_view key);
 int64_t parse_byte_size(const std::string& text, std::string_view key);
 std::string format_bytes(int64_t bytes);
 
+// Note [Config keys]
+// Every key of a config file is declared once, in the lists below: the member that holds it
+// (type, name, default), a doc line, and a spec (its YAML key when that differs from the member's
+// name, its range, which JSON forms record it, the `precompute run` flag that sets it). The
+// structs expand the lists into members; pipeline/core/config_fields.cpp expands the same lists
+// into the table that YAML reading, key checking, flags, validate(), both JSON forms and the
+// reference test (tests/unit/config_reference_test.cpp) iterate. An entry is one of
+//   KEY(type, member, default, doc, spec)  a key held in one member
+//   MEMBER(type, member, default, doc)     a member no key sets on its own
+//   ROW(doc, spec)                         a key held in MEMBERs (its spec says how)
+// A default or type with a comma goes in parentheses; specs are compiled in config_fields.cpp
+// only, and a comment inside a list is a /* */ one (a // one would swallow the continuation).
+// Entries are in the order the keys are read and listed in messages.
+
+#define PC_DECLARE_KEY(type, member, default_value, doc, spec) type member = default_value;
+#define PC_DECLARE_MEMBER(type, member, default_value, doc) type member = default_value;
+#define PC_DECLARE_ROW(doc, spec)
+
+using Float3 = std::array<float, 3>;
+
+// The model behind one encoder: keys encoder.type and encoder.path of every modality's section.
+#define PRECOMPUTE_ENCODER_SPEC_KEYS(KEY, MEMBER, ROW)                                          \
+  KEY(EncoderType, type, EncoderType::kTorchScript,                                             \
+      "torchscript (a file), or bert (a Hugging Face folder; text only)",                         \
+      Spec().key("encoder.type").in_fingerprint())                                              \
+  KEY(std::filesystem::path, path, {}, "resolved against the config file's folder",             \
+      Spec().key("encoder.path").no_default().in_record().required("the encoder's model file"))
+
+struct EncoderSpec {
+  PRECOMPUTE_ENCODER_SPEC_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+};
+
+// What every modality's encoder section has in common.
+#define PRECOMPUTE_ENCODER_KEYS(KEY, MEMBER, ROW)                                               \
+  MEMBER(bool, enabled, false, "the section is present in the config")                          \
+  MEMBER(EncoderSpec, encoder, {}, "the model (PRECOMPUTE_ENCODER_SPEC_KEYS)")                  \
+  KEY(std::vector<std::string>, devices, {}, "\"cpu\", \"cuda\", \"cuda:1\"; empty: run.device",  \
+      Spec().key("device").json("devices").no_default().in_record())                           \
+  KEY(ComputeDtype, dtype, ComputeDtype::kFloat32, "float32, float16 or bfloat16",              \
+      Spec().in_fingerprint())                                                                  \
+  KEY(int, batch_size, 16, "samples per batch, at most",                                        \
+      Spec().range(count(1, 65536)).in_record().flag("--batch-size",                            \
+                                                     "Samples per batch, every encoder"))       \
+  KEY(std::optional<Pooling>, pooling, {},                                                      \
+      "unset: mean (text with a bert folder: the folder's pooling)",                            \
+      Spec().no_default().in_fingerprint())                                                     \
+  KEY(std::optional<bool>, normalize, {},                                                       \
+      "L2-normalise each stored vector; unset: no (text with a bert folder: whether the "       \
+      "folder has a Normalize module)",                                                         \
+      Spec().no_default().in_fingerprint())
+
+struct EncoderSection {
+  PRECOMPUTE_ENCODER_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+
+  Pooling pooling_mode() const { return pooling.value_or(Pooling::kMean); }
+  bool normalized() const { return normalize.value_or(false); }
+};
+
+// Seek: the same frames either way, so not part of the fingerprint. Decoder: NVDEC's frames
+// differ from the CPU's within a bound (Note [Converting NVDEC pictures on the GPU]), as one GPU's
+// arithmetic differs from another's, and under auto which files go where is up to timing: like
+// the device, not part of the fingerprint. Its default is cpu: through FFmpeg's hwaccel, NVDEC
+// decodes far slower than the CPU decoders on the reference machine (3 clips/s against 97;
+// docs/benchmarks.md, "NVDEC"), and under auto its sessions hold files the CPU would finish
+// sooner.
+#define PRECOMPUTE_VIDEO_KEYS(KEY, MEMBER, ROW)                                                 \
+  KEY(double, fps, 0.0, "sample this many frames per second of video, or ...",                  \
+      Spec().key("sampling.fps").no_default().unset_when_zero()                                 \
+          .range(number(0.001, 1000).noted("frames per second")).in_fingerprint()               \
+          .on_mapping(check_sampling_mapping))                                                  \
+  KEY(int, num_frames, 0, "... this many frames spread evenly over the clip",                   \
+      Spec().key("sampling.num_frames").no_default().unset_when_zero()                          \
+          .range(count(1, 100000)).in_fingerprint())                                            \
+  MEMBER(int, height, 224, "encoder input size (key size)")                                     \
+  MEMBER(int, width, 224, "encoder input size (key size)")                                      \
+  ROW("encoder input size: one integer, or [height, width]",                                    \
+      Spec().key("size").range(count(8, 4096).noted("pixels")).in_fingerprint()                 \
+          .reads(read_video_size).writes(write_video_size).checks(check_video_size))            \
+  KEY(ResizeMode, resize, ResizeMode::kShorterSideCrop, "shorter_side_crop or stretch",         \
+      Spec().in_fingerprint())                                                                  \
+  KEY(Float3, mean, (Float3{0.485f, 0.456f, 0.406f}), "per channel, on [0, 1] pixels",          \
+      Spec().range(number(-1e6, 1e6)).in_fingerprint())                                         \
+  KEY(Float3, std, (Float3{0.229f, 0.224f, 0.225f}), "per channel, on [0, 1] pixels",           \
+      Spec().range(above(0, 1e6)).in_fingerprint())                                             \
+  KEY(VideoLayout, layout, VideoLayout::kFrames, "frames or clips", Spec().in_fingerprint())    \
+  KEY(int64_t, max_batch_frames, 0, "frames per batch, at most (0: batch_size alone)",          \
+      Spec().range(count(0, 1e9).noted("0: no limit")).in_record())                            \
+  KEY(double, max_duration_s, 4 * 3600.0, "longer clips fail with category too_long",           \
+      Spec().range(above(0, 30 * kDay).noted("seconds; 2592000 is 30 days")).in_record())       \
+  KEY(int, max_frames, 4096, "frames per sample, at most (fps sampling of long clips)",         \
+      Spec().range(count(1, 1e6)).in_record())                                                  \
+  KEY(int, decoder_threads, 1, "FFmpeg threads per decoder (parallelism is across samples)",    \
+      Spec().range(count(0, 64).noted("0: FFmpeg chooses")))                                    \
+  KEY(int64_t, max_pixels, 8192LL * 8192, "coded width x height above this: category too_large",\
+      Spec().range(count(1, 1e12)).in_record())                                                 \
+  KEY(int64_t, max_decoded_frames, 1000000, "frames through the decoder per sample: too_long",  \
+      Spec().range(count(1, 1e12)).in_record())                                                 \
+  KEY(bool, autorotate, true, "apply the stream's display matrix (rotation, flips)",            \
+      Spec().in_fingerprint())                                                                  \
+  KEY(bool, seek, true, "seek to keyframes and drop frames nobody keeps (same frames)",         \
+      Spec().in_record())                                                                       \
+  KEY(VideoDecoderKind, decoder, VideoDecoderKind::kCpu, "cpu, nvdec or auto",                  \
+      Spec().in_record())                                                                       \
+  KEY(int, nvdec_sessions, 4, "NVDEC sessions per GPU of video.device",                         \
+      Spec().range(count(1, 64).noted("per GPU")).in_record())
+
+struct VideoSection : EncoderSection {
+  PRECOMPUTE_VIDEO_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+};
+
+#define PRECOMPUTE_AUDIO_KEYS(KEY, MEMBER, ROW)                                                 \
+  KEY(int, sample_rate, 16000, "the encoder's rate; audio is resampled to it, mono",            \
+      Spec().range(count(1000, 384000).noted("Hz")).in_fingerprint())                           \
+  KEY(double, window_s, 0.0, "window length; 0: the whole clip is one window",                  \
+      Spec().range(number(0, kDay).noted("seconds; 0: the whole clip is one window; 86400 is "  \
+                                         "1 day")).in_fingerprint())                            \
+  KEY(double, hop_s, 0.0, "window start to start; 0: window_s",                                 \
+      Spec().range(number(0, kDay).noted("seconds; 0: window_s; 86400 is 1 day"))               \
+          .in_fingerprint())                                                                    \
+  KEY(int64_t, max_batch_seconds, 0, "audio seconds per batch, at most (0: batch_size alone)",  \
+      Spec().range(count(0, 30 * kDay).noted("0: no limit; 2592000 is 30 days")).in_record())   \
+  KEY(double, max_duration_s, 4 * 3600.0, "longer clips fail with category too_long",           \
+      Spec().range(above(0, 30 * kDay).noted("seconds; 2592000 is 30 days")).in_record())
+
+struct AudioSection : EncoderSection {
+  PRECOMPUTE_AUDIO_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+};
+
+// Tokenizer settings left unset take the model folder's (encoder type bert, see
+// encoders/bert/text_settings.hpp) or BERT's defaults (lower_case true, strip_accents following
+// lower_case, tokenize_chinese_chars true, max_length 128).
+#define PRECOMPUTE_TEXT_KEYS(KEY, MEMBER, ROW)                                                  \
+  KEY(std::filesystem::path, vocab, {}, "WordPiece vocab.txt; type bert: the folder's by default",\
+      Spec().key("tokenizer.vocab").no_default().in_record())                                   \
+  KEY(std::optional<bool>, lower_case, {}, "unset: the folder's, else true",                    \
+      Spec().key("tokenizer.lower_case").no_default().in_fingerprint())                         \
+  KEY(std::optional<bool>, strip_accents, {}, "null: same as lower_case",                       \
+      Spec().key("tokenizer.strip_accents").null_unsets().in_fingerprint())                     \
+  KEY(std::optional<bool>, tokenize_chinese_chars, {}, "unset: the folder's, else true",        \
+      Spec().key("tokenizer.tokenize_chinese_chars").no_default().in_fingerprint())             \
+  KEY(std::optional<int>, max_length, {}, "tokens per caption, [CLS] and [SEP] included",       \
+      Spec().key("tokenizer.max_length").no_default().in_fingerprint()                          \
+          .range(count(kMinTokenizerMaxLength, kMaxTokenizerMaxLength)                          \
+                     .noted("[CLS], at least one token and [SEP]")))                            \
+  KEY(int64_t, max_batch_tokens, 0, "tokens per batch, at most (0: batch_size alone); padded "  \
+      "tokens for torchscript, real tokens for bert",                                           \
+      Spec().range(count(0, 1e9).noted("0: no limit")).in_record())                            \
+  KEY(int, output_layer, -1, "bert: hidden states after this layer (-1: last, 0: embeddings)",  \
+      Spec().range(count(-1, 1000).noted("-1: the last layer, 0: the embeddings"))              \
+          .in_fingerprint())                                                                    \
+  KEY(int64_t, max_text_bytes, 1 << 20, "longer captions fail with category too_large",         \
+      Spec().range(count(1, 1 << 30).noted("bytes; 1073741824 is 1 GiB")).in_record())
+
+struct TextSection : EncoderSection {
+  PRECOMPUTE_TEXT_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+};
+
+#define PRECOMPUTE_INPUT_KEYS(KEY, MEMBER, ROW)                                                 \
+  KEY(std::filesystem::path, manifest, {}, "JSONL, CSV or TSV; or ...",                         \
+      Spec().no_default().in_record()                                                           \
+          .flag("-i,--input", "Manifest (.jsonl/.csv/.tsv) or media folder")                    \
+          .applies(apply_input_flag))                                                           \
+  KEY(std::filesystem::path, folder, {},                                                        \
+      "... a folder of media files with optional .txt captions",                                \
+      Spec().no_default().in_record())
+
+struct InputSection {
+  PRECOMPUTE_INPUT_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+};
+
+// Shard size changes where samples are stored, not how an embedding is computed: a resume may
+// change it (Note [Limits are not semantic]).
+#define PRECOMPUTE_OUTPUT_KEYS(KEY, MEMBER, ROW)                                                \
+  KEY(std::filesystem::path, path, {}, "output folder; created if missing",                     \
+      Spec().no_default().in_record().flag("-o,--output", "Output folder"))                     \
+  KEY(int64_t, shard_size, 1024, "manifest samples per shard",                                  \
+      Spec().range(count(1, 1e9)).in_record().flag("--shard-size", "Samples per shard"))        \
+  KEY(StorageDtype, dtype, StorageDtype::kFloat16, "float16 or float32",                        \
+      Spec().in_fingerprint())                                                                  \
+  KEY(int, chunk_rows, 256, "HDF5 chunk height for embedding datasets",                         \
+      Spec().range(count(1, 1 << 20)).in_record())                                              \
+  KEY(bool, overwrite, false, "start over: remove an earlier run's files in `path`",            \
+      Spec().flag("--overwrite", "Start over: remove an earlier run's files from the output "   \
+                                 "folder (by default a rerun resumes it)"))                     \
+  KEY(bool, retry_failed, false, "resume, and also redo the samples that failed before",        \
+      Spec().flag("--retry-failed", "Resume, and also redo the samples that have failure "      \
+                                    "records"))
+
+struct OutputSection {
+  PRECOMPUTE_OUTPUT_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+};
+
+// Note [Limits are not semantic]: sample_timeout_s, max_file_bytes (and the modalities' max_*
+// caps) decide whether a sample is attempted, never how an embedding is computed, so they may
+// change between a run and its resume; none is in the fingerprint.
+#define PRECOMPUTE_RUN_KEYS(KEY, MEMBER, ROW)                                                   \
+  KEY(std::vector<std::string>, devices, {"cpu"}, "default device(s) of every encoder",         \
+      Spec().key("device").json("devices").in_record()                                          \
+          .flag("--device", "Device of every encoder: cpu, cuda, cuda:N")                       \
+          .applies(apply_device_flag))                                                          \
+  KEY(int, decode_threads, 0, "concurrent decodes; 0: one per core",                            \
+      Spec().range(count(0, kMaxThreads).noted("0: one per core")).in_record()                  \
+          .flag("--decode-threads", "Samples decoded at once (0: cores)"))                      \
+  KEY(int, torch_threads, 0, "LibTorch intra-op threads on CPU; 0: one per core",               \
+      Spec().range(count(0, kMaxThreads).noted("0: one per core")).in_record()                  \
+          .flag("--torch-threads", "LibTorch CPU threads (0: cores)"))                          \
+  KEY(int, max_in_flight, 0, "samples between source and writer; 0: automatic",                 \
+      Spec().range(count(0, 1e6).noted("0: automatic")).in_record())                            \
+  KEY(int64_t, max_failures, -1,                                                                \
+      "failed samples allowed before exit code 3; -1: no limit (or a percentage, held in "      \
+      "max_failure_fraction)",                                                                  \
+      Spec().in_record().reads(read_max_failures).writes(write_max_failures)                    \
+          .flag("--max-failures", "Failed samples allowed before exit code 3: a count, or a "   \
+                                  "percentage like 1%")                                         \
+          .applies(apply_max_failures_flag))                                                    \
+  MEMBER(double, max_failure_fraction, -1.0, "max_failures as a fraction of all samples; -1: none")\
+  /* An interval under a millisecond is a flood of lines, not progress. */                      \
+  KEY(double, progress_interval_s, 2.0, "seconds between progress lines; 0: none",              \
+      Spec().range(number(0.001, kDay).zero_means("no progress lines")                          \
+                       .noted("seconds; 86400 is 1 day"))                                       \
+          .flag("--progress-interval", "Seconds between progress lines (0: none)"))             \
+  KEY(std::string, log_level, "info", "trace, debug, info, warn, error or off",                 \
+      Spec().flag("--log-level", "trace, debug, info, warn, error, off"))                       \
+  KEY(double, sample_timeout_s, 600.0, "a sample's decode time limit (category timeout)",       \
+      Spec().range(above(0, 7 * kDay).noted("seconds; 604800 is 7 days")).in_record())          \
+  KEY(int64_t, max_file_bytes, 64LL << 30, "larger media files fail with category too_large",   \
+      Spec().range(count(1, 1125899906842624.0).noted("bytes; 1125899906842624 is 1 PiB"))      \
+          .in_record())                                                                         \
+  KEY(bool, supervise, true, "run the job in a child process restarted after a crash",          \
+      Spec().flag("--no-supervisor", "Run in this process, without a supervisor that restarts " \
+                                     "the run after a decoder crash (for debuggers)")           \
+          .applies(apply_no_supervisor_flag))                                                   \
+  KEY(int, max_restarts, 5, "restarts after crashes before the run gives up",                   \
+      Spec().range(count(0, 1000)))                                                             \
+  KEY(MemoryBudget, gpu_memory_budget, {},                                                      \
+      "per GPU (Note [Memory budgets] in pipeline/memory_budget.cpp); null: none",              \
+      Spec().null_unsets().in_record()                                                          \
+          .flag("--gpu-memory-budget", "Device memory per GPU: a size (8GiB) or a fraction of " \
+                                       "the card (0.8)"))                                       \
+  KEY(int64_t, host_memory_budget, 0,                                                           \
+      "bytes of decoded samples held in the pipeline; 0: automatic",                            \
+      Spec().byte_size().in_record()                                                            \
+          .flag("--host-memory-budget", "Host memory for decoded samples in flight (e.g. 4GiB)"))
+
 struct RunSection {
-  std::vector<std::string> devices = {"cpu"};  // default device(s) of every encoder
-  int decode_threads = 0;          // concurrent decodes; 0: one per core
-  int torch_threads = 0;           // LibTorch intra-op threads on CPU; 0: one per core
-  int max_in_flight = 0;           // samples between source and writer; 0: automatic
-  int64_t max_failures = -1;       // failed samples allowed before exit code 3; -1: no limit
-  double max_failure_fraction = -1.0;  // same as a fraction of all samples; -1: no limit
-  double progress_interval_s = 2.0;    // seconds between progress lines; 0: none
-  std::string log_level = "info";
-  // Note [Limits are not semantic]: the limits below (and the modalities' max_* caps) decide
-  // whether a sample is attempted, never how an embedding is computed, so they may change
-  // between a run and its resume.
-  double sample_timeout_s = 600.0;  // a sample's decode time limit (category timeout)
-  int64_t max_file_bytes = 64LL << 30;  // larger media files fail with category too_large
-  MemoryBudget gpu_memory_budget;  // per GPU (Note [Memory budgets] in pipeline/memory_budget.cpp)
-  int64_t host_memory_budget = 0;  // bytes of decoded samples held in the pipeline; 0: automatic
-  bool supervise = true;           // run the job in a child process restarted after a crash
-  int max_restarts = 5;            // restarts after crashes before the run gives up
+  PRECOMPUTE_RUN_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
 };
 
 struct Config {
@@ -201,22 +359,29 @@ struct Config {
   std::vector<std::string> devices_for(Modality m) const;
 };
 
-// Flags of `precompute run` that override the file. Unset fields leave the file's value.
+// The defaults of the sections, for option structs built from them (pipeline/media's decode
+// options take theirs from here rather than declaring them again).
+const VideoSection& default_video_section();
+const AudioSection& default_audio_section();
+const RunSection& default_run_section();
+
+// A flag of `precompute run` that sets config keys (the table in config_fields.cpp says which).
+enum class FlagKind { kSwitch, kInt, kInt64, kDouble, kText };
+using FlagValue = std::variant<bool, int, int64_t, double, std::string>;
+struct ConfigFlag {
+  std::string_view names;  // as CLI11 takes them: "-o,--output"
+  std::string_view help;
+  FlagKind kind = FlagKind::kText;
+  std::string_view name() const;  // the long name, "--output": the key of ConfigOverrides
+};
+// Every flag once, in the order of the keys it sets.
+std::vector<ConfigFlag> config_flags();
+
+// Flags of `precompute run` that override the file, by long name ("--shard-size"), with the value
+// the command line gave; a flag not given is absent and leaves the file's value.
 struct ConfigOverrides {
-  std::optional<std::filesystem::path> input;   // a manifest file or a folder
-  std::optional<std::filesystem::path> output;
-  std::optional<std::string> device;            // every encoder
-  std::optional<int> batch_size;                // every encoder
-  std::optional<int64_t> shard_size;
-  std::optional<std::string> max_failures;      // "10" or "2.5%"
-  std::optional<int> decode_threads;
-  std::optional<int> torch_threads;
-  std::optional<std::string> log_level;
-  bool overwrite = false;
-  bool retry_failed = false;
-  bool no_supervisor = false;
-  std::optional<std::string> gpu_memory_budget;
-  std::optional<std::string> host_memory_budget;
+  std::map<std::string, FlagValue, std::less<>> values;
+  void set(std::string_view flag, FlagValue value) { values[std::string(flag)] = std::move(value); }
 };
 
 // Reads a YAML config file. Relative paths in it resolve against its folder. Throws ConfigError
@@ -229,7 +394,7 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
 void apply_overrides(Config& config, const ConfigOverrides& overrides);
 
 // Checks the whole config for consistency, and every number against its range (Note [Config
-// bounds] in config.cpp); throws ConfigError naming the key, the range and the value. Called
+// bounds] in config_bounds.hpp); throws ConfigError naming the key, the range and the value. Called
 // after apply_overrides(), so flags are checked too.
 void validate(const Config& config);
 

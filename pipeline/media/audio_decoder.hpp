@@ -10,13 +10,14 @@
 
 namespace precompute {
 
+// Defaults are the config's (default_audio_section(), default_run_section()): declared once.
 struct AudioDecodeOptions {
-  int sample_rate = 16000;
-  double window_s = 0.0;  // 0: the whole clip is one window
-  double hop_s = 0.0;     // 0: window_s
-  double max_duration_s = 4 * 3600.0;
-  double timeout_s = 600.0;             // the whole decode of the file, at most: kTimeout
-  int64_t max_file_bytes = 64LL << 30;  // larger files: kTooLarge
+  int sample_rate = default_audio_section().sample_rate;
+  double window_s = default_audio_section().window_s;  // 0: the whole clip is one window
+  double hop_s = default_audio_section().hop_s;        // 0: window_s
+  double max_duration_s = default_audio_section().max_duration_s;
+  double timeout_s = default_run_section().sample_timeout_s;  // the whole decode, at most: kTimeout
+  int64_t max_file_bytes = default_run_section().max_file_bytes;  // larger files: kTooLarge
 };
 
 // The options of `section`, with the per-file limits of `run`.

@@ -16,23 +16,29 @@ namespace precompute {
 class KeptDecoder;
 class NvdecSession;
 
+// Defaults are the config's (default_video_section(), default_run_section()): declared once.
 struct VideoDecodeOptions {
-  double fps = 0.0;    // frames per second of video, or ...
-  int num_frames = 0;  // ... this many frames spread evenly over the clip (exactly one is > 0)
-  int height = 224;    // output frame size
-  int width = 224;
-  ResizeMode resize = ResizeMode::kShorterSideCrop;
-  double max_duration_s = 4 * 3600.0;    // longer clips: MediaError kTooLong
-  int max_frames = 4096;                 // fps sampling yields at most this many frames
-  int threads = 1;                       // FFmpeg decoder threads; 0: FFmpeg's choice
-  int64_t max_pixels = 8192LL * 8192;    // coded width * height above this: MediaError kTooLarge
-  int64_t max_decoded_frames = 1000000;  // frames out of the decoder, at most: kTooLong
-  double timeout_s = 600.0;              // the whole decode of the file, at most: kTimeout
-  int64_t max_file_bytes = 64LL << 30;   // larger files: kTooLarge
-  bool autorotate = true;  // frames in display orientation (the stream's display matrix)
-  bool seek = true;        // skip to keyframes near the targets and drop non-reference frames
-                           // no target keeps (Notes [Seeking to what is sampled] and [Skipping
-                           // frames nobody keeps] in video_decoder.cpp); false: every frame
+  double fps = default_video_section().fps;  // frames per second of video, or ...
+  int num_frames = default_video_section().num_frames;  // ... this many frames spread evenly
+                                                        // over the clip (exactly one is > 0)
+  int height = default_video_section().height;  // output frame size
+  int width = default_video_section().width;
+  ResizeMode resize = default_video_section().resize;
+  double max_duration_s = default_video_section().max_duration_s;  // longer: MediaError kTooLong
+  int max_frames = default_video_section().max_frames;  // fps sampling yields at most this many
+  int threads = default_video_section().decoder_threads;  // FFmpeg decoder threads; 0: FFmpeg's
+  // coded width * height above this: MediaError kTooLarge
+  int64_t max_pixels = default_video_section().max_pixels;
+  // frames out of the decoder, at most: kTooLong
+  int64_t max_decoded_frames = default_video_section().max_decoded_frames;
+  double timeout_s = default_run_section().sample_timeout_s;  // the whole decode, at most: kTimeout
+  int64_t max_file_bytes = default_run_section().max_file_bytes;  // larger files: kTooLarge
+  bool autorotate = default_video_section().autorotate;  // frames in display orientation (the
+                                                         // stream's display matrix)
+  // Skip to keyframes near the targets and drop non-reference frames no target keeps (Notes
+  // [Seeking to what is sampled] and [Skipping frames nobody keeps] in video_decoder.cpp);
+  // false: every frame.
+  bool seek = default_video_section().seek;
   // Flush the decoder at each seek (Note [Seeking without a flush] in video_decoder.cpp); H.264
   // on NVDEC never does, whatever this says. false is there so the CPU tests can check the
   // flushless seek frame by frame.

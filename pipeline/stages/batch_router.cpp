@@ -89,7 +89,7 @@ BatchLimits batch_limits(const Config& config, Modality m) {
     case Modality::kText:
       limits.max_cost = config.text.max_batch_tokens;
       // A TorchScript text model sees padded [B, L] batches; the native encoder packs them.
-      limits.padded = config.text.encoder.type != "bert";
+      limits.padded = config.text.encoder.type != EncoderType::kBert;
       break;
   }
   return limits;

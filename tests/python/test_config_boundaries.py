@@ -1,7 +1,7 @@
 """Settings at and past their bounds, through the real CLI: each is refused before any work with
 exit 2 and a message naming the option and its range, and none can overflow a clock, start
 100,000 threads or leave every caption without tokens (Note [Config bounds] in
-pipeline/core/config.cpp)."""
+pipeline/core/config_bounds.hpp)."""
 
 import json
 import subprocess

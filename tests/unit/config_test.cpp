@@ -179,10 +179,10 @@ TEST(ConfigTest, ValidateChecksTheTextEncoderType) {
 TEST(ConfigTest, OverridesWinOverTheFile) {
   auto c = parse_config("run: {device: cuda}\nvideo: {device: cuda:1, batch_size: 4}\n", "/b");
   ConfigOverrides o;
-  o.device = "cpu";
-  o.batch_size = 9;
-  o.output = "relative-out";
-  o.max_failures = "12";
+  o.set("--device", "cpu");
+  o.set("--batch-size", 9);
+  o.set("--output", "relative-out");
+  o.set("--max-failures", "12");
   apply_overrides(c, o);
   EXPECT_EQ(c.devices_for(Modality::kVideo), std::vector<std::string>{"cpu"});
   EXPECT_EQ(c.video.batch_size, 9);
@@ -411,15 +411,15 @@ TEST(ConfigTest, FlagValuesAreCheckedByValidate) {
   EXPECT_NE(refusal([](Config& c) { c.text.max_length = 2; }).find("text.tokenizer.max_length"),
             std::string::npos);
   ConfigOverrides o;
-  o.decode_threads = 100000;
+  o.set("--decode-threads", 100000);
   EXPECT_NE(refusal([&](Config& c) { apply_overrides(c, o); }).find("--decode-threads"),
             std::string::npos);
   o = {};
-  o.batch_size = 1 << 20;
+  o.set("--batch-size", 1 << 20);
   EXPECT_NE(refusal([&](Config& c) { apply_overrides(c, o); }).find("--batch-size"),
             std::string::npos);
   o = {};
-  o.shard_size = INT64_MAX;
+  o.set("--shard-size", int64_t{INT64_MAX});
   EXPECT_NE(refusal([&](Config& c) { apply_overrides(c, o); }).find("--shard-size"),
             std::string::npos);
   EXPECT_EQ(refusal([](Config& c) { c.run.progress_interval_s = 0.001; }), "");
@@ -429,6 +429,51 @@ TEST(ConfigTest, ReferenceConfigParses) {
   const auto c = load_config(std::filesystem::path(PRECOMPUTE_SOURCE_DIR) / "configs/reference.yaml");
   EXPECT_TRUE(c.video.enabled && c.audio.enabled && c.text.enabled);
   EXPECT_DOUBLE_EQ(c.video.fps, 1.0);
+}
+
+}  // namespace
+}  // namespace precompute
+
+namespace precompute {
+namespace {
+
+// The flags of `precompute run` come from the key table: the same names, and the same value
+// types CLI11 parses them as, as when run_command.cpp declared them by hand.
+TEST(ConfigTest, FlagsOfRunAreTheTablesWithTheirValueTypes) {
+  std::vector<std::pair<std::string, FlagKind>> flags;
+  for (const auto& f : config_flags()) flags.emplace_back(std::string(f.names), f.kind);
+  const std::vector<std::pair<std::string, FlagKind>> want = {
+      {"-i,--input", FlagKind::kText},          {"-o,--output", FlagKind::kText},
+      {"--shard-size", FlagKind::kInt64},       {"--overwrite", FlagKind::kSwitch},
+      {"--retry-failed", FlagKind::kSwitch},    {"--device", FlagKind::kText},
+      {"--decode-threads", FlagKind::kInt},     {"--torch-threads", FlagKind::kInt},
+      {"--max-failures", FlagKind::kText},      {"--progress-interval", FlagKind::kDouble},
+      {"--log-level", FlagKind::kText},         {"--no-supervisor", FlagKind::kSwitch},
+      {"--gpu-memory-budget", FlagKind::kText}, {"--host-memory-budget", FlagKind::kText},
+      {"--batch-size", FlagKind::kInt},
+  };
+  EXPECT_EQ(flags, want);
+}
+
+TEST(ConfigTest, SwitchesAndTextFlagsApplyAsTheyDid) {
+  auto c = parse_config("run: {supervise: true}\noutput: {overwrite: false}\n", "/b");
+  ConfigOverrides o;
+  o.set("--no-supervisor", true);
+  o.set("--overwrite", true);
+  o.set("--retry-failed", false);  // a switch not given leaves the file's value
+  o.set("--host-memory-budget", std::string("4GiB"));
+  o.set("--gpu-memory-budget", std::string("0.5"));
+  o.set("--max-failures", std::string("2.5%"));
+  apply_overrides(c, o);
+  EXPECT_FALSE(c.run.supervise);
+  EXPECT_TRUE(c.output.overwrite);
+  EXPECT_FALSE(c.output.retry_failed);
+  EXPECT_EQ(c.run.host_memory_budget, 4LL << 30);
+  EXPECT_DOUBLE_EQ(c.run.gpu_memory_budget.fraction, 0.5);
+  EXPECT_DOUBLE_EQ(c.run.max_failure_fraction, 0.025);
+  o = {};
+  o.set("--host-memory-budget", std::string("0"));
+  EXPECT_THROW(apply_overrides(c, o), ConfigError);  // as before: the flag takes a size only
 }
 
 }  // namespace

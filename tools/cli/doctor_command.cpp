@@ -149,8 +149,8 @@ Json examine(Encoder& encoder, const Config& config, int max_batch, int64_t budg
 int doctor(const DoctorOptions& o) {
   Config config = load_config(o.config);
   ConfigOverrides overrides;
-  if (!o.device.empty()) overrides.device = o.device;
-  if (!o.gpu_memory_budget.empty()) overrides.gpu_memory_budget = o.gpu_memory_budget;
+  if (!o.device.empty()) overrides.set("--device", o.device);
+  if (!o.gpu_memory_budget.empty()) overrides.set("--gpu-memory-budget", o.gpu_memory_budget);
   apply_overrides(config, overrides);
   if (config.text.enabled) resolve_text_settings(config.text);
   validate(config);

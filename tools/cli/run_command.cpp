@@ -4,7 +4,13 @@
 
 #include <unistd.h>
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "encoders/bert/text_settings.hpp"
 #include "pipeline/core/config.hpp"
@@ -21,68 +27,58 @@ namespace precompute {
 CommandFn add_run_command(CLI::App& app) {
   struct Options {
     std::string config;
-    std::string input, output, device, max_failures, log_level, gpu_memory_budget,
-        host_memory_budget;
-    int batch_size = 0, decode_threads = -1, torch_threads = -1;
-    int64_t shard_size = 0;
-    double progress_interval = -1;
-    bool overwrite = false;
-    bool retry_failed = false;
-    bool no_supervisor = false;
+    // The flags the config table declares (config_flags()), by long name; a std::map, so that
+    // CLI11 may keep pointers into it.
+    std::map<std::string, FlagValue, std::less<>> values;
+    std::vector<std::pair<std::string, CLI::Option*>> given;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("run", "Embed every sample of the input into HDF5 shards");
   cmd->add_option("-c,--config", o->config, "YAML config (see configs/reference.yaml)")
       ->required();
-  cmd->add_option("-i,--input", o->input, "Manifest (.jsonl/.csv/.tsv) or media folder");
-  cmd->add_option("-o,--output", o->output, "Output folder");
-  cmd->add_option("--device", o->device, "Device of every encoder: cpu, cuda, cuda:N");
   // Numbers are range-checked by validate(), with the key, the flag and the allowed range in
   // the message; a flag given is always applied, whatever its value.
-  auto* batch_size = cmd->add_option("--batch-size", o->batch_size,
-                                     "Samples per batch, every encoder");
-  auto* shard_size = cmd->add_option("--shard-size", o->shard_size, "Samples per shard");
-  cmd->add_option("--max-failures", o->max_failures,
-                  "Failed samples allowed before exit code 3: a count, or a percentage like 1%");
-  auto* decode_threads = cmd->add_option("--decode-threads", o->decode_threads,
-                                         "Samples decoded at once (0: cores)");
-  auto* torch_threads = cmd->add_option("--torch-threads", o->torch_threads,
-                                        "LibTorch CPU threads (0: cores)");
-  auto* progress_interval = cmd->add_option("--progress-interval", o->progress_interval,
-                                            "Seconds between progress lines (0: none)");
-  cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn, error, off");
-  cmd->add_flag("--overwrite", o->overwrite,
-                "Start over: remove an earlier run's files from the output folder (by default "
-                "a rerun resumes it)");
-  cmd->add_option("--gpu-memory-budget", o->gpu_memory_budget,
-                  "Device memory per GPU: a size (8GiB) or a fraction of the card (0.8)");
-  cmd->add_option("--host-memory-budget", o->host_memory_budget,
-                  "Host memory for decoded samples in flight (e.g. 4GiB)");
-  cmd->add_flag("--retry-failed", o->retry_failed,
-                "Resume, and also redo the samples that have failure records");
-  cmd->add_flag("--no-supervisor", o->no_supervisor,
-                "Run in this process, without a supervisor that restarts the run after a "
-                "decoder crash (for debuggers)");
+  for (const auto& flag : config_flags()) {
+    const std::string name(flag.name());
+    const std::string names(flag.names);
+    const std::string help(flag.help);
+    auto& value = o->values[name];
+    CLI::Option* option = nullptr;
+    switch (flag.kind) {
+      case FlagKind::kSwitch:
+        value = false;
+        option = cmd->add_flag(names, std::get<bool>(value), help);
+        break;
+      case FlagKind::kInt:
+        value = 0;
+        option = cmd->add_option(names, std::get<int>(value), help);
+        break;
+      case FlagKind::kInt64:
+        value = int64_t{0};
+        option = cmd->add_option(names, std::get<int64_t>(value), help);
+        break;
+      case FlagKind::kDouble:
+        value = 0.0;
+        option = cmd->add_option(names, std::get<double>(value), help);
+        break;
+      case FlagKind::kText:
+        value = std::string();
+        option = cmd->add_option(names, std::get<std::string>(value), help);
+        break;
+    }
+    o->given.emplace_back(name, option);
+  }
 
   return [=]() {
     Config config = load_config(o->config);
     ConfigOverrides overrides;
-    if (!o->input.empty()) overrides.input = o->input;
-    if (!o->output.empty()) overrides.output = o->output;
-    if (!o->device.empty()) overrides.device = o->device;
-    if (batch_size->count() > 0) overrides.batch_size = o->batch_size;
-    if (shard_size->count() > 0) overrides.shard_size = o->shard_size;
-    if (!o->max_failures.empty()) overrides.max_failures = o->max_failures;
-    if (decode_threads->count() > 0) overrides.decode_threads = o->decode_threads;
-    if (torch_threads->count() > 0) overrides.torch_threads = o->torch_threads;
-    if (!o->log_level.empty()) overrides.log_level = o->log_level;
-    overrides.overwrite = o->overwrite;
-    overrides.retry_failed = o->retry_failed;
-    if (!o->gpu_memory_budget.empty()) overrides.gpu_memory_budget = o->gpu_memory_budget;
-    if (!o->host_memory_budget.empty()) overrides.host_memory_budget = o->host_memory_budget;
-    overrides.no_supervisor = o->no_supervisor;
+    for (const auto& [name, option] : o->given) {
+      const auto& value = o->values.at(name);
+      // An empty text flag (--input "") leaves the file's value, as a flag not given does.
+      const auto* text = std::get_if<std::string>(&value);
+      if (option->count() > 0 && !(text && text->empty())) overrides.set(name, value);
+    }
     apply_overrides(config, overrides);
-    if (progress_interval->count() > 0) config.run.progress_interval_s = o->progress_interval;
     if (config.text.enabled) resolve_text_settings(config.text);
     validate(config);
     setup_logging(config.run.log_level);

@@ -41,7 +41,7 @@ TextSection text_section(const TokenizeOptions& o) {
     text = load_config(o.config).text;
     PC_CHECK(text.enabled, ConfigError, "config ", o.config, " has no text section");
   } else if (!o.model.empty()) {
-    text.encoder.type = "bert";
+    text.encoder.type = EncoderType::kBert;
     text.encoder.path = o.model;
   } else {
     text.vocab = o.vocab;
