@@ -18,9 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <set>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <thread>
 
