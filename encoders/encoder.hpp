@@ -48,7 +48,10 @@ class Encoder {
 
   // Embeds this modality of every sample in `batch` (each has it). Returns one embedding per
   // sample, in order. Throws ModelError when the batch as a whole cannot be embedded (the caller
-  // retries samples alone to find the one at fault).
+  // retries samples alone to find the one at fault), and DeviceOutOfMemoryError, a ModelError,
+  // when the device ran out of memory (the caller splits the batch; Note [Out of memory] in
+  // pipeline/stages/encode_stage.cpp): the LibTorch encoders turn c10::OutOfMemoryError into it,
+  // so the pipeline never sees a LibTorch type.
   virtual std::vector<SampleEmbedding> encode(const std::vector<PreparedSamplePtr>& batch) = 0;
 
   // The model's weights (parameters and buffers).

@@ -45,6 +45,8 @@ void request_stop(int signal) {
   g_signal.compare_exchange_strong(expected, signal);
 }
 
+void clear_stop_request() { g_signal.store(0); }
+
 bool stop_requested() { return g_signal.load(std::memory_order_relaxed) != 0; }
 
 int stop_signal() { return g_signal.load(); }

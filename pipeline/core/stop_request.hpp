@@ -13,6 +13,9 @@ void install_stop_handlers();
 void handle_stop_signals(void (*handler)(int));
 // Asks the run to stop as if `signal` had arrived (tests, the watchdog's callers).
 void request_stop(int signal);
+// Forgets a stop request, so that a process can run another graph after a stopped one (the
+// graph tests; a run never does).
+void clear_stop_request();
 // True once a stop was asked for; cheap enough to poll per sample.
 bool stop_requested();
 // The signal that asked for the stop; 0 when none did.
