@@ -1,0 +1,227 @@
+"""index.json of an output folder, the checks made before any shard is read, and the id index
+behind `lookup`.
+
+Costs: `OutputIndex.open` reads index.json and (with the default `check="size"`) stats every
+shard, which is cheap even for thousands of shards. `check="open"` also opens every shard with
+HDF5 and compares its attributes (about a millisecond per shard); `check="sha256"` also hashes
+every shard's bytes (the whole output is read once). The id index (`lookup`, and datasets built
+from a list of ids) reads `/ids` of every shard once per process, about 20 bytes per id on the
+disk, and keeps the ids sorted in one NumPy byte-string array (the longest id's length in bytes
+per sample, plus 12 bytes) so that each lookup is a binary search, O(log N).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import h5py
+import numpy as np
+
+from .errors import (RERUN_FIX, DamagedShardError, FingerprintMismatchError, MissingShardError,
+                     OutputError)
+
+PathLike = Union[str, "os.PathLike[str]"]
+CHECKS = ("none", "size", "open", "sha256")
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One entry of index.json's `shards`, with its path resolved."""
+
+    path: Path
+    file: str
+    first_seq: int
+    seq_count: int
+    num_samples: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ModalityInfo:
+    """One entry of index.json's `modalities`."""
+
+    name: str
+    dim: int
+    layout: str  # "pooled" or "per_step"
+    encoder: str
+    pooling: str
+
+
+def open_shard(shard: ShardInfo, fingerprint: str) -> h5py.File:
+    """Opens `shard` read-only and checks that it is a precompute shard of the run whose
+    config fingerprint is `fingerprint`; raises DamagedShardError or FingerprintMismatchError
+    naming the shard and the fix."""
+    try:
+        f = h5py.File(shard.path, "r")
+    except FileNotFoundError:
+        raise MissingShardError(str(shard.path), f"shard {shard.path} is listed in index.json but "
+                                f"missing; {RERUN_FIX}") from None
+    except OSError as e:
+        raise DamagedShardError(str(shard.path), f"shard {shard.path} cannot be opened by HDF5 "
+                                f"({e}): it is damaged or truncated; {RERUN_FIX}") from e
+    try:
+        if f.attrs.get("format") != "precompute-shard":
+            raise DamagedShardError(str(shard.path), f"{shard.path} is not a precompute shard "
+                                    f"(attribute format={f.attrs.get('format')!r}); {RERUN_FIX}")
+        theirs = f.attrs.get("config_fingerprint")
+        if theirs != fingerprint:
+            raise FingerprintMismatchError(
+                str(shard.path),
+                f"shard {shard.path} was written with other settings (config_fingerprint "
+                f"{theirs} instead of index.json's {fingerprint}): its vectors do not mix with "
+                f"the rest of the output. Remove it and rerun `precompute run` with the "
+                f"output's config to redo its range, or read the two runs as separate outputs")
+        if int(f.attrs.get("first_seq", -1)) != shard.first_seq or len(f["ids"]) != \
+                shard.num_samples:
+            raise DamagedShardError(str(shard.path), f"shard {shard.path} does not hold what "
+                                    f"index.json says (first_seq or sample count differ); "
+                                    f"{RERUN_FIX}")
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+class OutputIndex:
+    """An output folder's index.json, checked. Picklable (holds no open file)."""
+
+    def __init__(self, out_dir: PathLike, check: str = "size",
+                 allow_incomplete: bool = False) -> None:
+        """Reads `out_dir/index.json` and checks the shards it lists.
+
+        check: "none"; "size" (default: every shard exists and has the size index.json
+        records); "open" (also opens each shard and compares its format, config fingerprint,
+        first seq and sample count); "sha256" (also hashes every shard: reads the whole output).
+        allow_incomplete: accept an output whose shards do not yet cover every input position
+        (a run in progress or interrupted); otherwise that is an OutputError.
+        """
+        if check not in CHECKS:
+            raise ValueError(f"check must be one of {CHECKS}, not {check!r}")
+        self.out_dir = Path(out_dir)
+        path = self.out_dir / "index.json"
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise OutputError(f"{path} does not exist: {self.out_dir} is not a precompute output "
+                              f"folder, or its run has not started (run `precompute run`)") from None
+        except (OSError, ValueError) as e:
+            raise OutputError(f"{path} cannot be read ({e}); rerun the same `precompute run` "
+                              f"command to rebuild it from the shards") from e
+        if raw.get("format") != "precompute-index" or raw.get("format_version") != 1:
+            raise OutputError(f"{path} is not a precompute index of format version 1 "
+                              f"(format={raw.get('format')!r}, "
+                              f"format_version={raw.get('format_version')!r}); use a reader "
+                              f"that matches the precompute that wrote it")
+        self.raw: dict = raw
+        self.config_fingerprint: str = raw["config_fingerprint"]
+        self.storage_dtype: str = raw["storage_dtype"]
+        self.total_samples: int = int(raw["total_samples"])
+        self.modalities: Dict[str, ModalityInfo] = {
+            name: ModalityInfo(name, int(m["dim"]), m["layout"], m.get("encoder", ""),
+                               m.get("pooling", ""))
+            for name, m in raw["modalities"].items()}
+        shards = sorted(raw["shards"], key=lambda s: s["first_seq"])
+        self.shards: List[ShardInfo] = [
+            ShardInfo(self.out_dir / s["file"], s["file"], int(s["first_seq"]),
+                      int(s["seq_count"]), int(s["num_samples"]), int(s["bytes"]), s["sha256"])
+            for s in shards]
+        covered = sum(s.seq_count for s in self.shards)
+        if covered != self.total_samples and not allow_incomplete:
+            raise OutputError(f"{path}: the committed shards cover {covered} of "
+                              f"{self.total_samples} input positions: the run is in progress or "
+                              f"was interrupted. Rerun the same `precompute run` command to "
+                              f"finish it, or pass allow_incomplete=True to read what is there")
+        self.check(check)
+        self._id_index: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None
+
+    def check(self, level: str = "size") -> None:
+        """Checks the shards at `level` (see __init__); raises MissingShardError,
+        DamagedShardError or FingerprintMismatchError naming the first bad shard."""
+        if level == "none":
+            return
+        for shard in self.shards:
+            try:
+                size = shard.path.stat().st_size
+            except FileNotFoundError:
+                raise MissingShardError(str(shard.path), f"shard {shard.path} is listed in "
+                                        f"index.json but missing; {RERUN_FIX}") from None
+            if size != shard.bytes:
+                raise DamagedShardError(str(shard.path), f"shard {shard.path} has {size} bytes, "
+                                        f"index.json says {shard.bytes}: it is truncated or "
+                                        f"was changed; {RERUN_FIX}")
+            if level in ("open", "sha256"):
+                open_shard(shard, self.config_fingerprint).close()
+            if level == "sha256":
+                digest = hashlib.sha256()
+                with open(shard.path, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        digest.update(block)
+                if digest.hexdigest() != shard.sha256:
+                    raise DamagedShardError(str(shard.path), f"shard {shard.path}: sha256 "
+                                            f"{digest.hexdigest()} differs from index.json's "
+                                            f"{shard.sha256}: its bytes changed; {RERUN_FIX}")
+
+    @property
+    def num_samples(self) -> int:
+        """Samples with at least one embedding (rows of every shard's /ids)."""
+        return sum(s.num_samples for s in self.shards)
+
+    def _build_id_index(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sorted ids (UTF-8 bytes) with their shard position (in `self.shards`) and row."""
+        ids: List[np.ndarray] = []
+        shard_of: List[np.ndarray] = []
+        rows: List[np.ndarray] = []
+        for k, shard in enumerate(self.shards):
+            with open_shard(shard, self.config_fingerprint) as f:
+                try:
+                    shard_ids = np.asarray(f["ids"][:], dtype=object)
+                except OSError as e:
+                    raise DamagedShardError(str(shard.path), f"reading /ids of {shard.path} "
+                                            f"failed ({e}); {RERUN_FIX}") from e
+            ids.append(shard_ids)
+            shard_of.append(np.full(len(shard_ids), k, dtype=np.int32))
+            rows.append(np.arange(len(shard_ids), dtype=np.int64))
+        if not ids:
+            empty = np.zeros(0, dtype="S1")
+            return empty, np.zeros(0, np.int32), np.zeros(0, np.int64)
+        all_ids = np.concatenate(ids).astype(bytes)  # fixed width: longest id
+        order = np.argsort(all_ids, kind="stable")
+        return all_ids[order], np.concatenate(shard_of)[order], np.concatenate(rows)[order]
+
+    def locate(self, ids: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+        """Shard positions (into `self.shards`) and rows of `ids`; KeyError names the first id
+        the output lacks. Builds the id index on first use (see the module docstring)."""
+        if self._id_index is None:
+            self._id_index = self._build_id_index()
+        sorted_ids, shard_of, rows = self._id_index
+        keys = np.array([i.encode("utf-8") for i in ids], dtype=bytes)
+        if len(keys) == 0:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        where = np.searchsorted(sorted_ids, keys)
+        inside = np.minimum(where, max(len(sorted_ids) - 1, 0))
+        found = (where < len(sorted_ids)) & (sorted_ids[inside] == keys) if len(sorted_ids) else \
+            np.zeros(len(keys), bool)
+        if not found.all():
+            missing = ids[int(np.flatnonzero(~found)[0])]
+            raise KeyError(f"id {missing!r} is not embedded in {self.out_dir} (it failed in every "
+                           f"modality, or is not in the run's input; see /failures or "
+                           f"`precompute inspect`)")
+        return shard_of[inside], rows[inside]
+
+    def lookup(self, sample_id: str) -> Tuple[str, int]:
+        """(shard file name, row) of `sample_id`, without scanning shards once the id index is
+        built (the first call builds it: one read of every shard's /ids)."""
+        shard, row = self.locate([sample_id])
+        return self.shards[int(shard[0])].file, int(row[0])
+
+
+def read_split_file(path: PathLike) -> List[str]:
+    """Ids of a split file: one id per line (UTF-8), blank lines ignored."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f if line.strip()]
