@@ -10,11 +10,13 @@ class OutputError(Exception):
 
 
 class ShardError(OutputError):
-    """A problem with one shard; `shard` is its path."""
+    """A problem with one shard; `shard` is its path. (The message comes first and alone is
+    enough to construct one, so that a DataLoader re-raises it from a worker with its type.)"""
 
-    def __init__(self, shard: str, message: str) -> None:
-        super().__init__(message)
-        self.shard = shard
+    def __init__(self, shard_or_message: object, message: str = "") -> None:
+        # (shard, message) when raised here; (message) alone when a DataLoader re-raises it.
+        super().__init__(message or str(shard_or_message))
+        self.shard = str(shard_or_message) if message else ""
 
 
 class MissingShardError(ShardError):

@@ -60,26 +60,26 @@ def open_shard(shard: ShardInfo, fingerprint: str) -> h5py.File:
     try:
         f = h5py.File(shard.path, "r")
     except FileNotFoundError:
-        raise MissingShardError(str(shard.path), f"shard {shard.path} is listed in index.json but "
+        raise MissingShardError(shard.path, f"shard {shard.path} is listed in index.json but "
                                 f"missing; {RERUN_FIX}") from None
     except OSError as e:
-        raise DamagedShardError(str(shard.path), f"shard {shard.path} cannot be opened by HDF5 "
+        raise DamagedShardError(shard.path, f"shard {shard.path} cannot be opened by HDF5 "
                                 f"({e}): it is damaged or truncated; {RERUN_FIX}") from e
     try:
         if f.attrs.get("format") != "precompute-shard":
-            raise DamagedShardError(str(shard.path), f"{shard.path} is not a precompute shard "
+            raise DamagedShardError(shard.path, f"{shard.path} is not a precompute shard "
                                     f"(attribute format={f.attrs.get('format')!r}); {RERUN_FIX}")
         theirs = f.attrs.get("config_fingerprint")
         if theirs != fingerprint:
             raise FingerprintMismatchError(
-                str(shard.path),
-                f"shard {shard.path} was written with other settings (config_fingerprint "
-                f"{theirs} instead of index.json's {fingerprint}): its vectors do not mix with "
-                f"the rest of the output. Remove it and rerun `precompute run` with the "
-                f"output's config to redo its range, or read the two runs as separate outputs")
+                shard.path, f"shard {shard.path} was written with other settings "
+                f"(config_fingerprint {theirs} instead of index.json's {fingerprint}): its "
+                f"vectors do not mix with the rest of the output. Remove it and rerun "
+                f"`precompute run` with the output's config to redo its range, or read the "
+                f"two runs as separate outputs")
         if int(f.attrs.get("first_seq", -1)) != shard.first_seq or len(f["ids"]) != \
                 shard.num_samples:
-            raise DamagedShardError(str(shard.path), f"shard {shard.path} does not hold what "
+            raise DamagedShardError(shard.path, f"shard {shard.path} does not hold what "
                                     f"index.json says (first_seq or sample count differ); "
                                     f"{RERUN_FIX}")
     except BaseException:
@@ -108,8 +108,9 @@ class OutputIndex:
         try:
             raw = json.loads(path.read_text())
         except FileNotFoundError:
-            raise OutputError(f"{path} does not exist: {self.out_dir} is not a precompute output "
-                              f"folder, or its run has not started (run `precompute run`)") from None
+            raise OutputError(f"{path} does not exist: {self.out_dir} is not a precompute "
+                              f"output folder, or its run has not started (run `precompute "
+                              f"run`)") from None
         except (OSError, ValueError) as e:
             raise OutputError(f"{path} cannot be read ({e}); rerun the same `precompute run` "
                               f"command to rebuild it from the shards") from e
@@ -149,10 +150,10 @@ class OutputIndex:
             try:
                 size = shard.path.stat().st_size
             except FileNotFoundError:
-                raise MissingShardError(str(shard.path), f"shard {shard.path} is listed in "
+                raise MissingShardError(shard.path, f"shard {shard.path} is listed in "
                                         f"index.json but missing; {RERUN_FIX}") from None
             if size != shard.bytes:
-                raise DamagedShardError(str(shard.path), f"shard {shard.path} has {size} bytes, "
+                raise DamagedShardError(shard.path, f"shard {shard.path} has {size} bytes, "
                                         f"index.json says {shard.bytes}: it is truncated or "
                                         f"was changed; {RERUN_FIX}")
             if level in ("open", "sha256"):
@@ -163,7 +164,7 @@ class OutputIndex:
                     for block in iter(lambda: f.read(1 << 20), b""):
                         digest.update(block)
                 if digest.hexdigest() != shard.sha256:
-                    raise DamagedShardError(str(shard.path), f"shard {shard.path}: sha256 "
+                    raise DamagedShardError(shard.path, f"shard {shard.path}: sha256 "
                                             f"{digest.hexdigest()} differs from index.json's "
                                             f"{shard.sha256}: its bytes changed; {RERUN_FIX}")
 
@@ -182,7 +183,7 @@ class OutputIndex:
                 try:
                     shard_ids = np.asarray(f["ids"][:], dtype=object)
                 except OSError as e:
-                    raise DamagedShardError(str(shard.path), f"reading /ids of {shard.path} "
+                    raise DamagedShardError(shard.path, f"reading /ids of {shard.path} "
                                             f"failed ({e}); {RERUN_FIX}") from e
             ids.append(shard_ids)
             shard_of.append(np.full(len(shard_ids), k, dtype=np.int32))

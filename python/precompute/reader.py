@@ -100,7 +100,7 @@ class ShardReader:
                     for item in self._read_run(f, k, lo, hi, wanted)]
         except OSError as e:  # Fletcher-32 mismatch, truncated data, I/O error
             path = self.index.shards[k].path
-            raise DamagedShardError(str(path), f"reading shard {path} failed ({e}): it is "
+            raise DamagedShardError(path, f"reading shard {path} failed ({e}): it is "
                                     f"damaged; {RERUN_FIX}") from e
 
     def _runs(self, rows: np.ndarray) -> List[Tuple[int, int, np.ndarray]]:

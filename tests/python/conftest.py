@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("PRECOMPUTE_BUILD_DIR", ROOT / "build"))
 BINARY = BUILD / "tools" / "cli" / "precompute"
 sys.path.insert(0, str(ROOT / "tools" / "scripts"))
+sys.path.insert(0, str(ROOT / "python"))  # the reader package, without installing it
 
 MODALITIES = ("video", "audio", "text")
 
