@@ -58,8 +58,8 @@ class ShardScanner {
 
   ShardScan scan() {
     disable_hdf5_error_printing();
-    PC_CHECK(h5_check(H5Fis_hdf5(file_.c_str()), "H5Fis_hdf5", file_) > 0, StorageError,
-             file_, " is not an HDF5 file");
+    PC_CHECK(h5_check(H5Fis_hdf5(file_.c_str()), "H5Fis_hdf5", file_) > 0, StorageError, file_,
+             " is not an HDF5 file");
     h5_file_ = h5_own(H5Fopen(file_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", file_);
     read_root_attributes();
 
@@ -80,9 +80,8 @@ class ShardScanner {
  private:
   void read_root_attributes() {
     const hid_t root = h5_file_.get();
-    PC_CHECK(h5_check(H5Aexists(root, schema::kFormatAttr), "H5Aexists", file_) > 0,
-             StorageError, file_, " is not a precompute shard: it has no '", schema::kFormatAttr,
-             "' attribute");
+    PC_CHECK(h5_check(H5Aexists(root, schema::kFormatAttr), "H5Aexists", file_) > 0, StorageError,
+             file_, " is not a precompute shard: it has no '", schema::kFormatAttr, "' attribute");
     scan_.shard_index = read_int64_attribute(schema::kShardIndexAttr);
     scan_.first_seq = read_int64_attribute(schema::kFirstSeqAttr);
     scan_.seq_count = read_int64_attribute(schema::kSeqCountAttr);
@@ -115,14 +114,13 @@ class ShardScanner {
              "H5Aiterate " + object_path, file_);
     for (const auto& name : names) {
       const std::string what = detail::concat("attribute '", name, "' of ", object_path);
-      H5Handle attribute = h5_own(
-          H5Aopen_by_name(h5_file_.get(), object_path.c_str(), name.c_str(), H5P_DEFAULT,
-                          H5P_DEFAULT),
-          "H5Aopen " + what, file_);
+      H5Handle attribute = h5_own(H5Aopen_by_name(h5_file_.get(), object_path.c_str(), name.c_str(),
+                                                  H5P_DEFAULT, H5P_DEFAULT),
+                                  "H5Aopen " + what, file_);
       H5Handle type = h5_own(H5Aget_type(attribute.get()), "H5Aget_type " + what, file_);
       H5Handle space = h5_own(H5Aget_space(attribute.get()), "H5Aget_space " + what, file_);
-      const hssize_t points =
-          h5_check(H5Sget_simple_extent_npoints(space.get()), "H5Sget_simple_extent_npoints", file_);
+      const hssize_t points = h5_check(H5Sget_simple_extent_npoints(space.get()),
+                                       "H5Sget_simple_extent_npoints", file_);
       const size_t size = h5_check(H5Tget_size(type.get()), "H5Tget_size " + what, file_);
       std::vector<unsigned char> buffer(static_cast<size_t>(points) * size);
       const bool variable = type_is_variable(type.get(), what);

@@ -23,10 +23,10 @@ struct ShardScan {
   int64_t seq_count = 0;
   std::string input_sha256;  // empty in shards written before it was stored
 
-  std::vector<std::string> ids;  // /ids
-  std::vector<int64_t> seqs;     // /seq
-  std::vector<int64_t> failure_seqs;       // /failures/seq
-  std::vector<std::string> failure_ids;    // /failures/id
+  std::vector<std::string> ids;                   // /ids
+  std::vector<int64_t> seqs;                      // /seq
+  std::vector<int64_t> failure_seqs;              // /failures/seq
+  std::vector<std::string> failure_ids;           // /failures/id
   std::array<int64_t, kNumModalities> present{};  // rows of /<modality>/present that are set
 
   int64_t datasets_read = 0;

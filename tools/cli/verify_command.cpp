@@ -118,9 +118,10 @@ class Verifier {
     };
     if (scan.shard_index != entry.shard_index || scan.first_seq != entry.first_seq ||
         scan.seq_count != entry.seq_count) {
-      mismatch(fmt::format("holds shard {} of positions {}+{}, index.json records shard {} of {}+{}",
-                           scan.shard_index, scan.first_seq, scan.seq_count, entry.shard_index,
-                           entry.first_seq, entry.seq_count));
+      mismatch(
+          fmt::format("holds shard {} of positions {}+{}, index.json records shard {} of {}+{}",
+                      scan.shard_index, scan.first_seq, scan.seq_count, entry.shard_index,
+                      entry.first_seq, entry.seq_count));
     }
     if (scan.ids.size() != scan.seqs.size() ||
         static_cast<int64_t>(scan.ids.size()) != entry.num_samples) {
@@ -152,8 +153,8 @@ class Verifier {
     std::set<int64_t> failed;
     for (int64_t seq : scan.failure_seqs) {
       if (seq < entry.first_seq || seq >= end) {
-        mismatch(fmt::format("a failure record's seq {} is outside [{}, {})", seq,
-                             entry.first_seq, end));
+        mismatch(fmt::format("a failure record's seq {} is outside [{}, {})", seq, entry.first_seq,
+                             end));
         break;
       }
       failed.insert(seq);
@@ -337,13 +338,14 @@ class Verifier {
     for (const auto& p : problems_) {
       const std::string where = p.shard.empty() ? dir_.string() : (dir_ / p.shard).string();
       std::cout << fmt::format("{}: {}: {}\n  fix: {}\n",
-                               p.severity == Severity::kDamaged ? "DAMAGED" : "INCOMPLETE",
-                               where, p.what, p.fix);
+                               p.severity == Severity::kDamaged ? "DAMAGED" : "INCOMPLETE", where,
+                               p.what, p.fix);
     }
     for (const auto& name : notes_) {
-      std::cout << fmt::format("note: {} is not recorded in index.json (left by a crash); readers "
-                               "ignore it and a resume deletes it\n",
-                               (dir_ / name).string());
+      std::cout << fmt::format(
+          "note: {} is not recorded in index.json (left by a crash); readers "
+          "ignore it and a resume deletes it\n",
+          (dir_ / name).string());
     }
     std::string input_part;
     if (!o_.input.empty()) {
@@ -353,8 +355,7 @@ class Verifier {
         "verify {}: {}: {} shard(s), {} damaged; {} datasets and {} attributes read ({:.1f} MB); "
         "{} samples with embeddings, {} failure records{}; {} problem(s)\n",
         dir_.string(), verdict, shards_.size(), bad_shards, datasets, attributes,
-        static_cast<double>(bytes) / 1e6, samples_, failure_records_, input_part,
-        problems_.size());
+        static_cast<double>(bytes) / 1e6, samples_, failure_records_, input_part, problems_.size());
     return code;
   }
 
@@ -369,7 +370,7 @@ class Verifier {
   int64_t failure_records_ = 0;
   int64_t input_samples_ = 0;
   int64_t accounted_ = 0;
-  std::vector<std::string> missing_;                         // input ids the output lacks
+  std::vector<std::string> missing_;                          // input ids the output lacks
   std::vector<std::pair<std::string, std::string>> foreign_;  // (id, shard) not in the input
 };
 
