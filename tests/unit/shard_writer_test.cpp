@@ -19,6 +19,7 @@
 #include "pipeline/core/sha256.hpp"
 #include "storage/float16.hpp"
 #include "storage/shard_reader.hpp"
+#include "storage/shard_scan.hpp"
 #include "test_media.hpp"
 
 namespace precompute {
@@ -574,6 +575,76 @@ TEST_F(ShardReaderTest, RejectsATruncatedShard) {
   const std::string bytes = read_bytes(dir_ / committed.file);
   write_bytes(dir_ / committed.file, bytes.substr(0, bytes.size() / 2));
   expect_unreadable(dir_ / committed.file);
+}
+
+// ---------------------------------------------------------------------------------------------
+// scan_shard (precompute verify): every dataset read end to end, in blocks
+
+TEST_F(ShardWriterTest, ScanReadsEveryDatasetAndKeepsIdsSeqsAndFailures) {
+  ShardMeta meta = pooled_meta(StorageDtype::kFloat32);
+  ShardContents contents = pooled_contents();
+  contents.input_sha256 = std::string(64, 'a');
+  contents.samples[2].embeddings[modality_index(Modality::kText)].reset();
+  contents.failures = {{18, "café ☕", Modality::kVideo, FailureCategory::kMissing, "gone"},
+                       {19, "clip-19", Modality::kText, FailureCategory::kBadText, "empty"}};
+  const CommittedShard committed = ShardWriter(dir_, meta).write(contents);
+  const ShardScan scan = scan_shard(dir_ / committed.file);
+  EXPECT_EQ(scan.shard_index, 2);
+  EXPECT_EQ(scan.first_seq, 16);
+  EXPECT_EQ(scan.seq_count, 8);
+  EXPECT_EQ(scan.input_sha256, contents.input_sha256);
+  EXPECT_EQ(scan.ids, (std::vector<std::string>{"clip-16", "clip-17", "clip-19", "clip-23"}));
+  EXPECT_EQ(scan.seqs, (std::vector<int64_t>{16, 17, 19, 23}));
+  EXPECT_EQ(scan.failure_ids, (std::vector<std::string>{"café ☕", "clip-19"}));
+  EXPECT_EQ(scan.failure_seqs, (std::vector<int64_t>{18, 19}));
+  EXPECT_EQ(scan.present[modality_index(Modality::kVideo)], 4);
+  EXPECT_EQ(scan.present[modality_index(Modality::kText)], 3);
+  // ids, seq; per modality present, num_steps, embeddings, and text's truncated; five failure
+  // columns.
+  EXPECT_EQ(scan.datasets_read, 2 + 2 * 3 + 1 + 5);
+  EXPECT_GT(scan.attributes_read, 0);
+}
+
+TEST_F(ShardWriterTest, ScanReadsADatasetLargerThanOneBlockAndFindsAFlippedChunk) {
+  ShardMeta meta = make_meta(StorageDtype::kFloat32);
+  meta.chunk_rows = 256;
+  meta.modalities[modality_index(Modality::kAudio)] = make_schema(Modality::kAudio, 1024, true);
+  ShardContents contents;
+  contents.seq_count = 4;
+  for (int64_t seq = 0; seq < 4; ++seq) {  // 4 x 400 rows x 4 KiB: 6.4 MB, two blocks
+    ShardSample sample = make_sample(seq, "s" + std::to_string(seq));
+    sample.embeddings[modality_index(Modality::kAudio)] = make_embedding(seq, 400, 1024, true);
+    contents.samples.push_back(std::move(sample));
+  }
+  const fs::path file = dir_ / ShardWriter(dir_, meta).write(contents).file;
+  const ShardScan scan = scan_shard(file);
+  EXPECT_GE(scan.bytes_read, uint64_t{4} * 400 * 1024 * 4);
+  EXPECT_GT(scan.bytes_read, kScanBlockBytes);
+  EXPECT_EQ(scan.present[modality_index(Modality::kAudio)], 4);
+
+  std::string bytes = read_bytes(file);  // the middle of the file is inside /audio/values
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
+  write_bytes(file, bytes);
+  try {
+    scan_shard(file);
+    ADD_FAILURE() << "a flipped byte in a chunk was not found";
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find("/audio/values"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Fletcher32"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ShardWriterTest, ScanOfATruncatedFileThrowsNamingIt) {
+  const fs::path file =
+      dir_ / ShardWriter(dir_, pooled_meta(StorageDtype::kFloat16)).write(pooled_contents()).file;
+  const std::string bytes = read_bytes(file);
+  write_bytes(file, bytes.substr(0, bytes.size() / 2));
+  try {
+    scan_shard(file);
+    ADD_FAILURE() << "a truncated shard was scanned";
+  } catch (const StorageError& e) {
+    EXPECT_NE(std::string(e.what()).find(file.filename().string()), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

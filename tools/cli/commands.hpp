@@ -14,5 +14,6 @@ CommandFn add_run_command(CLI::App& app);
 CommandFn add_inspect_command(CLI::App& app);
 CommandFn add_tokenize_command(CLI::App& app);
 CommandFn add_doctor_command(CLI::App& app);
+CommandFn add_verify_command(CLI::App& app);
 
 }  // namespace precompute

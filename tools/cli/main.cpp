@@ -42,6 +42,7 @@ int main_impl(int argc, char** argv) {
   const auto inspect = add_inspect_command(app);
   const auto tokenize = add_tokenize_command(app);
   const auto doctor = add_doctor_command(app);
+  const auto verify = add_verify_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -53,6 +54,7 @@ int main_impl(int argc, char** argv) {
     if (app.got_subcommand("inspect")) return inspect();
     if (app.got_subcommand("tokenize")) return tokenize();
     if (app.got_subcommand("doctor")) return doctor();
+    if (app.got_subcommand("verify")) return verify();
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     if (e.kind() == ErrorKind::kInternal) {

@@ -1,0 +1,392 @@
+// `precompute verify OUT [--input MANIFEST]`: proves an output folder whole before a trainer (or
+// an archive) relies on it. Every shard's size and SHA-256 against index.json; every shard
+// opened and every attribute and dataset read end to end (HDF5 checks each chunk's Fletcher-32);
+// the counts in each shard against its index entry; no id twice; and, given the input, every
+// input id embedded or holding a failure record. Each problem is one line naming the shard, what
+// is wrong and the fix; the exit code says damaged (74) or incomplete (1) apart from clean (0).
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "pipeline/core/error.hpp"
+#include "pipeline/input/manifest.hpp"
+#include "pipeline/resume.hpp"
+#include "storage/output_folder.hpp"
+#include "storage/output_index.hpp"
+#include "storage/shard_scan.hpp"
+#include "tools/cli/commands.hpp"
+#include "tools/cli/exit_codes.hpp"
+
+namespace precompute {
+namespace {
+
+struct VerifyOptions {
+  std::string output;
+  std::string input;  // a manifest or a folder of media, as `run --input` takes
+  bool json = false;
+  int max_listed = 20;  // ids listed per kind of input problem (all with --json)
+};
+
+// kDamaged: bytes on disk are wrong or missing (exit 74). kIncomplete: what is there is sound,
+// but it does not account for every input sample (exit 1).
+enum class Severity { kDamaged, kIncomplete };
+
+struct Problem {
+  Severity severity = Severity::kDamaged;
+  std::string shard;  // file name, empty for the output as a whole
+  std::string what;
+  std::string fix;
+};
+
+constexpr char kRerunFix[] =
+    "rerun the same `precompute run` command: resuming checks every shard's SHA-256 and redoes "
+    "the samples of a damaged (deleted first) or missing one";
+constexpr char kDeleteFix[] =
+    "delete this file and rerun the same `precompute run` command: resuming redoes the samples "
+    "of a missing shard";
+constexpr char kResumeFix[] = "rerun the same `precompute run` command to resume";
+
+struct ShardReport {
+  const IndexEntry* entry = nullptr;
+  bool ok = false;
+  int64_t datasets_read = 0;
+  int64_t attributes_read = 0;
+  uint64_t bytes_read = 0;
+  std::string input_sha256;
+};
+
+class Verifier {
+ public:
+  explicit Verifier(const VerifyOptions& o) : o_(o), dir_(o.output) {}
+
+  int run() {
+    std::optional<OutputIndex> index;
+    try {
+      index = read_index(dir_);
+    } catch (const StorageError& e) {
+      add(Severity::kDamaged, std::string(kIndexFileName), e.what(),
+          "rerun the same `precompute run` command: resuming rebuilds index.json from the shards");
+      return report(nullptr);
+    }
+    PC_CHECK(index.has_value(), StorageError, dir_,
+             " holds no precompute output (no index.json); give the folder a run wrote to");
+    for (const auto& entry : index->shards) shards_.push_back(check_shard(*index, entry));
+    check_coverage(*index);
+    check_unrecorded_files(*index);
+    if (!o_.input.empty()) check_input(*index);
+    return report(&*index);
+  }
+
+ private:
+  void add(Severity severity, std::string shard, std::string what, std::string fix) {
+    problems_.push_back({severity, std::move(shard), std::move(what), std::move(fix)});
+  }
+
+  ShardReport check_shard(const OutputIndex& index, const IndexEntry& entry) {
+    ShardReport r;
+    r.entry = &entry;
+    // Size and SHA-256 first: HDF5 is never handed a file whose bytes are known to be wrong.
+    if (auto problem = committed_shard_problem(dir_, entry); !problem.empty()) {
+      add(Severity::kDamaged, entry.file, problem, kRerunFix);
+      return r;
+    }
+    ShardScan scan;
+    try {
+      scan = scan_shard(dir_ / entry.file);
+    } catch (const StorageError& e) {
+      add(Severity::kDamaged, entry.file, fmt::format("cannot be read: {}", e.what()), kDeleteFix);
+      return r;
+    }
+    r.datasets_read = scan.datasets_read;
+    r.attributes_read = scan.attributes_read;
+    r.bytes_read = scan.bytes_read;
+    r.input_sha256 = scan.input_sha256;
+    const size_t before = problems_.size();
+    const auto mismatch = [&](const std::string& what) {
+      add(Severity::kDamaged, entry.file, what + " (index.json and the shard disagree)",
+          kDeleteFix);
+    };
+    if (scan.shard_index != entry.shard_index || scan.first_seq != entry.first_seq ||
+        scan.seq_count != entry.seq_count) {
+      mismatch(
+          fmt::format("holds shard {} of positions {}+{}, index.json records shard {} of {}+{}",
+                      scan.shard_index, scan.first_seq, scan.seq_count, entry.shard_index,
+                      entry.first_seq, entry.seq_count));
+    }
+    if (scan.ids.size() != scan.seqs.size() ||
+        static_cast<int64_t>(scan.ids.size()) != entry.num_samples) {
+      mismatch(fmt::format("holds {} ids and {} seqs, index.json records {} samples",
+                           scan.ids.size(), scan.seqs.size(), entry.num_samples));
+    }
+    if (scan.failure_ids.size() != scan.failure_seqs.size() ||
+        static_cast<int64_t>(scan.failure_ids.size()) != entry.num_failures) {
+      mismatch(fmt::format("holds {} failure records, index.json records {}",
+                           scan.failure_ids.size(), entry.num_failures));
+    }
+    for (const auto& schema : index.meta.modalities) {
+      if (!schema) continue;
+      const int m = modality_index(schema->modality);
+      if (scan.present[m] != entry.modality_counts[m]) {
+        mismatch(fmt::format("has {} {} embeddings, index.json records {}", scan.present[m],
+                             modality_name(schema->modality), entry.modality_counts[m]));
+      }
+    }
+    const int64_t end = entry.first_seq + entry.seq_count;
+    for (size_t i = 0; i < scan.seqs.size(); ++i) {
+      if (scan.seqs[i] < entry.first_seq || scan.seqs[i] >= end ||
+          (i > 0 && scan.seqs[i] <= scan.seqs[i - 1])) {
+        mismatch(fmt::format("/seq[{}] = {} is not ascending inside [{}, {})", i, scan.seqs[i],
+                             entry.first_seq, end));
+        break;
+      }
+    }
+    std::set<int64_t> failed;
+    for (int64_t seq : scan.failure_seqs) {
+      if (seq < entry.first_seq || seq >= end) {
+        mismatch(fmt::format("a failure record's seq {} is outside [{}, {})", seq, entry.first_seq,
+                             end));
+        break;
+      }
+      failed.insert(seq);
+    }
+    if (static_cast<int64_t>(failed.size()) != entry.failed_samples) {
+      mismatch(fmt::format("has failure records for {} samples, index.json records {}",
+                           failed.size(), entry.failed_samples));
+    }
+    for (const auto& id : scan.ids) {
+      const auto [it, inserted] = shard_of_id_.emplace(id, entry.file);
+      if (!inserted) {
+        add(Severity::kDamaged, entry.file,
+            fmt::format("id '{}' is also in {}: an id must be embedded once", id, it->second),
+            "rerun with --overwrite into an empty folder (the output was assembled from two "
+            "runs)");
+      }
+    }
+    for (const auto& id : scan.failure_ids) failure_ids_.insert(id);
+    samples_ += static_cast<int64_t>(scan.ids.size());
+    failure_records_ += static_cast<int64_t>(scan.failure_ids.size());
+    r.ok = problems_.size() == before;
+    return r;
+  }
+
+  void check_coverage(const OutputIndex& index) {
+    int64_t covered = 0;
+    for (const auto& entry : index.shards) covered += entry.seq_count;
+    if (covered != index.total_samples) {
+      add(Severity::kIncomplete, "",
+          fmt::format("the shards cover {} of the input's {} samples: the run has not finished",
+                      covered, index.total_samples),
+          kResumeFix);
+    }
+  }
+
+  // Shard files the index does not record: left by a crash between rename and record. Not a
+  // problem (a resume deletes them, a reader never sees them), but worth a line.
+  void check_unrecorded_files(const OutputIndex& index) {
+    std::set<std::string> recorded;
+    for (const auto& entry : index.shards) recorded.insert(entry.file);
+    std::error_code error;
+    for (const auto& item : std::filesystem::directory_iterator(dir_, error)) {
+      const std::string name = item.path().filename().string();
+      if (is_shard_file_name(name) && recorded.count(name) == 0) notes_.push_back(name);
+    }
+  }
+
+  void check_input(const OutputIndex& index) {
+    const std::filesystem::path input = o_.input;
+    const bool folder = std::filesystem::is_directory(input);
+    const auto samples = read_input(folder ? std::filesystem::path() : input,
+                                    folder ? input : std::filesystem::path());
+    input_samples_ = static_cast<int64_t>(samples.size());
+    // Positions inside a shard reported damaged above: their ids are not missing, they are in
+    // that shard, which the fix given for it redoes.
+    std::vector<std::pair<int64_t, int64_t>> damaged_ranges;
+    for (const auto& shard : shards_) {
+      const IndexEntry& e = *shard.entry;
+      if (!shard.ok) {
+        damaged_ranges.emplace_back(e.first_seq, e.first_seq + e.seq_count);
+        continue;
+      }
+      if (shard.input_sha256.empty()) continue;
+      if (input_identity(samples, e.first_seq, e.seq_count) != shard.input_sha256) {
+        add(Severity::kIncomplete, e.file,
+            fmt::format("was made from other input samples at positions {}-{} than {} has "
+                        "there (an edited or reordered input)",
+                        e.first_seq, e.first_seq + e.seq_count - 1, input.string()),
+            "verify against the input the run was made from, or rerun with --overwrite");
+      }
+    }
+    const auto in_damaged = [&](int64_t seq) {
+      for (const auto& [lo, hi] : damaged_ranges) {
+        if (seq >= lo && seq < hi) return true;
+      }
+      return false;
+    };
+    std::unordered_set<std::string> input_ids;
+    for (const auto& s : samples) {
+      input_ids.insert(s.id);
+      if (shard_of_id_.count(s.id) > 0 || failure_ids_.count(s.id) > 0) {
+        ++accounted_;
+      } else if (!in_damaged(s.seq)) {
+        missing_.push_back(s.id);
+      }
+    }
+    for (const auto& [id, file] : shard_of_id_) {
+      if (input_ids.count(id) == 0) foreign_.emplace_back(id, file);
+    }
+    std::sort(foreign_.begin(), foreign_.end());
+    if (!missing_.empty()) {
+      add(Severity::kIncomplete, "",
+          fmt::format("{} input id(s) have neither an embedding nor a failure record: {}",
+                      missing_.size(), listed(missing_)),
+          fmt::format("{} with --input {} (add --retry-failed to redo failed samples too)",
+                      kResumeFix, input.string()));
+    }
+    if (!foreign_.empty()) {
+      std::vector<std::string> names;
+      for (const auto& [id, file] : foreign_) names.push_back(fmt::format("{} ({})", id, file));
+      add(Severity::kIncomplete, "",
+          fmt::format("{} embedded id(s) are not in {}: {}", foreign_.size(), input.string(),
+                      listed(names)),
+          "verify against the input the run was made from, or rerun with --overwrite");
+    }
+    (void)index;
+  }
+
+  std::string listed(const std::vector<std::string>& items) const {
+    std::string text;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (static_cast<int>(i) == o_.max_listed) {
+        text += fmt::format(" ... {} more (--json lists all)", items.size() - i);
+        break;
+      }
+      text += (i ? ", " : "") + items[i];
+    }
+    return text;
+  }
+
+  int exit_code() const {
+    bool damaged = false, incomplete = false;
+    for (const auto& p : problems_) {
+      (p.severity == Severity::kDamaged ? damaged : incomplete) = true;
+    }
+    return damaged ? kExitIoError : incomplete ? kExitVerifyIncomplete : kExitOk;
+  }
+
+  int report(const OutputIndex* index) const {
+    int64_t datasets = 0, attributes = 0, bad_shards = 0;
+    uint64_t bytes = 0;
+    for (const auto& s : shards_) {
+      datasets += s.datasets_read;
+      attributes += s.attributes_read;
+      bytes += s.bytes_read;
+      bad_shards += s.ok ? 0 : 1;
+    }
+    const int code = exit_code();
+    const char* verdict = code == kExitOk ? "ok" : code == kExitIoError ? "damaged" : "incomplete";
+    if (o_.json) {
+      nlohmann::json j;
+      j["output"] = dir_.string();
+      j["ok"] = code == kExitOk;
+      j["verdict"] = verdict;
+      j["exit_code"] = code;
+      j["total_samples"] = index ? index->total_samples : 0;
+      j["samples_with_embeddings"] = samples_;
+      j["failure_records"] = failure_records_;
+      j["datasets_read"] = datasets;
+      j["attributes_read"] = attributes;
+      j["bytes_read"] = bytes;
+      j["shards"] = nlohmann::json::array();
+      for (const auto& s : shards_) {
+        j["shards"].push_back({{"file", s.entry->file},
+                               {"ok", s.ok},
+                               {"datasets_read", s.datasets_read},
+                               {"bytes_read", s.bytes_read}});
+      }
+      j["problems"] = nlohmann::json::array();
+      for (const auto& p : problems_) {
+        j["problems"].push_back(
+            {{"severity", p.severity == Severity::kDamaged ? "damaged" : "incomplete"},
+             {"shard", p.shard},
+             {"problem", p.what},
+             {"fix", p.fix}});
+      }
+      j["unrecorded_shard_files"] = notes_;
+      if (!o_.input.empty()) {
+        j["input"] = {{"path", o_.input},
+                      {"samples", input_samples_},
+                      {"accounted_for", accounted_},
+                      {"missing_ids", missing_}};
+        j["input"]["ids_not_in_input"] = nlohmann::json::array();
+        for (const auto& [id, file] : foreign_) {
+          j["input"]["ids_not_in_input"].push_back({{"id", id}, {"shard", file}});
+        }
+      }
+      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      return code;
+    }
+    for (const auto& p : problems_) {
+      const std::string where = p.shard.empty() ? dir_.string() : (dir_ / p.shard).string();
+      std::cout << fmt::format("{}: {}: {}\n  fix: {}\n",
+                               p.severity == Severity::kDamaged ? "DAMAGED" : "INCOMPLETE", where,
+                               p.what, p.fix);
+    }
+    for (const auto& name : notes_) {
+      std::cout << fmt::format(
+          "note: {} is not recorded in index.json (left by a crash); readers "
+          "ignore it and a resume deletes it\n",
+          (dir_ / name).string());
+    }
+    std::string input_part;
+    if (!o_.input.empty()) {
+      input_part = fmt::format("; input: {} of {} ids accounted for", accounted_, input_samples_);
+    }
+    std::cout << fmt::format(
+        "verify {}: {}: {} shard(s), {} damaged; {} datasets and {} attributes read ({:.1f} MB); "
+        "{} samples with embeddings, {} failure records{}; {} problem(s)\n",
+        dir_.string(), verdict, shards_.size(), bad_shards, datasets, attributes,
+        static_cast<double>(bytes) / 1e6, samples_, failure_records_, input_part, problems_.size());
+    return code;
+  }
+
+  const VerifyOptions& o_;
+  std::filesystem::path dir_;
+  std::vector<ShardReport> shards_;
+  std::vector<Problem> problems_;
+  std::vector<std::string> notes_;
+  std::unordered_map<std::string, std::string> shard_of_id_;  // embedded id -> shard file
+  std::unordered_set<std::string> failure_ids_;
+  int64_t samples_ = 0;
+  int64_t failure_records_ = 0;
+  int64_t input_samples_ = 0;
+  int64_t accounted_ = 0;
+  std::vector<std::string> missing_;                          // input ids the output lacks
+  std::vector<std::pair<std::string, std::string>> foreign_;  // (id, shard) not in the input
+};
+
+}  // namespace
+
+CommandFn add_verify_command(CLI::App& app) {
+  auto o = std::make_shared<VerifyOptions>();
+  auto* cmd = app.add_subcommand(
+      "verify", "Check an output folder end to end: every shard's bytes, datasets and counts");
+  cmd->add_option("output", o->output, "Output folder of a run")->required();
+  cmd->add_option("-i,--input", o->input,
+                  "The run's input (manifest or folder): every id must be embedded or failed");
+  cmd->add_flag("--json", o->json, "Print JSON (every problem and id listed)");
+  cmd->add_option("--list", o->max_listed, "Ids to list per input problem (default 20)")
+      ->check(CLI::NonNegativeNumber);
+  return [o]() { return Verifier(*o).run(); };
+}
+
+}  // namespace precompute
