@@ -1,6 +1,8 @@
 #include "pipeline/graph.hpp"
 
 #include <tbb/flow_graph.h>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 
 #include <tuple>
 
@@ -28,9 +30,12 @@ namespace precompute {
 // - One serial writer touches HDF5.
 // An exception from any body cancels the graph and wait_for_all() rethrows it.
 
-void run_graph(const std::vector<SampleSpec>& samples, const PrepareFn& prepare_sample,
-               BatchRouter& router, const EncodeStage& encoder, ShardAssembler& assembler,
-               RunStats& stats, const GraphSettings& settings) {
+namespace {
+
+void build_and_run(const std::vector<SampleSpec>& input, const std::vector<int64_t>& positions,
+                   const PrepareFn& prepare_sample, BatchRouter& router,
+                   const EncodeStage& encoder, ShardAssembler& assembler, RunStats& stats,
+                   const GraphSettings& settings) {
   namespace flow = tbb::flow;
   PC_ASSERT(settings.max_in_flight >= 1 && settings.decode_concurrency >= 1,
             "graph settings must be positive");
@@ -40,13 +45,13 @@ void run_graph(const std::vector<SampleSpec>& samples, const PrepareFn& prepare_
   flow::input_node<SampleSpec> source(g, [&](tbb::flow_control& control) -> SampleSpec {
     // A stop (SIGINT/SIGTERM) takes no more samples; those in flight still reach the writer
     // (Note [Stopping on a signal]).
-    if (next < samples.size() && settings.before_sample) settings.before_sample();
-    if (next == samples.size() || stop_requested()) {
+    if (next < positions.size() && settings.before_sample) settings.before_sample();
+    if (next == positions.size() || stop_requested()) {
       control.stop();
       return {};
     }
     stats.submitted.fetch_add(1, std::memory_order_relaxed);
-    SampleSpec spec = samples[next];
+    SampleSpec spec = input[static_cast<size_t>(positions[next])];
     spec.order = static_cast<int64_t>(next++);
     return spec;
   });
@@ -125,6 +130,24 @@ void run_graph(const std::vector<SampleSpec>& samples, const PrepareFn& prepare_
 
   source.activate();
   g.wait_for_all();
+}
+
+}  // namespace
+
+void run_graph(const std::vector<SampleSpec>& input, const std::vector<int64_t>& positions,
+               const PrepareFn& prepare, BatchRouter& router, const EncodeStage& encoder,
+               ShardAssembler& assembler, RunStats& stats, const GraphSettings& settings) {
+  const auto run = [&] {
+    build_and_run(input, positions, prepare, router, encoder, assembler, stats, settings);
+  };
+  if (settings.threads <= 0) {
+    run();
+    return;
+  }
+  const auto threads = static_cast<size_t>(settings.threads);
+  tbb::global_control parallelism(tbb::global_control::max_allowed_parallelism, threads);
+  tbb::task_arena arena(settings.threads);
+  arena.execute(run);
 }
 
 }  // namespace precompute

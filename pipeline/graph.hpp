@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -18,6 +19,9 @@ namespace precompute {
 struct RunStats;
 
 struct GraphSettings {
+  // Worker threads of the oneTBB arena the graph runs in (0: oneTBB's default). Decode bodies,
+  // one body per encoder and the two serial stages each occupy a thread.
+  int threads = 0;
   int decode_concurrency = 1;  // samples decoded at once
   size_t max_in_flight = 64;   // samples between the source and the writer
   std::array<size_t, kNumModalities> encode_concurrency{};  // encoders per modality (0: none)
@@ -25,15 +29,16 @@ struct GraphSettings {
   std::function<void()> before_sample;
 };
 
-// Runs the samples of `samples` (ascending seq; a resumed run passes only those not yet
-// committed) through the stages and returns when the last shard is written, or, after a stop
-// request, when the samples taken so far have reached the writer. Rethrows the first exception
-// a stage let escape, after cancelling the rest of the graph.
 // Decodes and tokenises one sample (thread-safe): SamplePreparer, in crash containment.
 using PrepareFn = std::function<PreparedSamplePtr(const SampleSpec&)>;
 
-void run_graph(const std::vector<SampleSpec>& samples, const PrepareFn& prepare,
-               BatchRouter& router, const EncodeStage& encoder, ShardAssembler& assembler,
-               RunStats& stats, const GraphSettings& settings);
+// Runs the samples input[p] for p in `positions` (ascending; a resumed run passes only those
+// not yet committed) through the stages, in an arena of settings.threads, and returns when the
+// last shard is written, or, after a stop request, when the samples taken so far have reached
+// the writer. Rethrows the first exception a stage let escape, after cancelling the rest of the
+// graph.
+void run_graph(const std::vector<SampleSpec>& input, const std::vector<int64_t>& positions,
+               const PrepareFn& prepare, BatchRouter& router, const EncodeStage& encoder,
+               ShardAssembler& assembler, RunStats& stats, const GraphSettings& settings);
 
 }  // namespace precompute

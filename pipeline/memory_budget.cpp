@@ -111,24 +111,16 @@ BatchProbe probe_batch(Encoder& encoder, const PreparedSamplePtr& sample, int ba
 
 namespace {
 
-// Lowers the modality's cost limit (frames, audio seconds, tokens) to `units`. The sample count
-// limit stays: memory follows units, so more short samples fit than largest ones.
-void lower_cost_limit(Config& config, Modality m, int64_t units) {
-  const auto lower = [](int64_t& limit, int64_t value) {
-    limit = limit > 0 ? std::min(limit, value) : value;
-  };
-  switch (m) {
-    case Modality::kVideo:
-      lower(config.video.max_batch_frames, std::max<int64_t>(1, units));
-      break;
-    case Modality::kAudio:
-      lower(config.audio.max_batch_seconds,
-            std::max<int64_t>(1, units / std::max(1, config.audio.sample_rate)));
-      break;
-    case Modality::kText:
-      lower(config.text.max_batch_tokens, std::max<int64_t>(1, units));
-      break;
+// Lowers the modality's cost limit (frames, audio samples, tokens) to `units`. The sample count
+// limit stays: memory follows units, so more short samples fit than largest ones. Audio is cut
+// in whole seconds, as audio.max_batch_seconds is.
+void lower_cost_limit(BatchLimits& limits, const Config& config, Modality m, int64_t units) {
+  int64_t value = std::max<int64_t>(1, units);
+  if (m == Modality::kAudio) {
+    const int64_t rate = std::max(1, config.audio.sample_rate);
+    value = std::max<int64_t>(1, units / rate) * config.audio.sample_rate;
   }
+  limits.max_cost = limits.max_cost > 0 ? std::min(limits.max_cost, value) : value;
 }
 
 }  // namespace
@@ -282,9 +274,10 @@ BudgetSplit share_by_need(const std::vector<EncoderNeed>& encoders, int64_t avai
   return split;
 }
 
-std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools& pools) {
-  std::vector<DeviceBudget> budgets;
-  if (!config.run.gpu_memory_budget.set()) return budgets;
+BudgetedLimits apply_memory_budget(const Config& config, const EncoderPools& pools) {
+  BudgetedLimits out{batch_limits(config), {}};
+  auto& budgets = out.devices;
+  if (!config.run.gpu_memory_budget.set()) return out;
 
   // Every GPU encoder instance, by device.
   std::map<std::string, std::vector<Encoder*>> by_device;
@@ -296,7 +289,7 @@ std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools
   }
   if (by_device.empty()) {
     spdlog::info("run.gpu_memory_budget: no encoder runs on a GPU; nothing to budget");
-    return budgets;
+    return out;
   }
   for (const auto& [device, encoders] : by_device) {
     DeviceBudget b;
@@ -336,7 +329,8 @@ std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools
         fit_samples = std::max(1, fit_samples * 3 / 4);
         check = probe_batch(*c.encoder, c.sample, fit_samples);
       }
-      lower_cost_limit(config, m, c.units * fit_samples);
+      PC_ASSERT(out.limits[modality_index(m)], name, " has an encoder but no batch limits");
+      lower_cost_limit(*out.limits[modality_index(m)], config, m, c.units * fit_samples);
       spdlog::info("{} on {}: {:.2f} KiB per unit + {} per call; {} per call for a largest "
                    "sample, {} per call given; at most {} units per batch (largest samples: {} "
                    "units each); a warm-up batch of {} reserved {}",
@@ -349,7 +343,7 @@ std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools
                  b.concurrent_calls);
     budgets.push_back(b);
   }
-  return budgets;
+  return out;
 }
 
 }  // namespace precompute

@@ -12,6 +12,7 @@
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/modality.hpp"
 #include "pipeline/core/sample.hpp"
+#include "pipeline/stages/batch_router.hpp"
 #include "pipeline/stages/encode_stage.hpp"
 
 namespace precompute {
@@ -70,11 +71,18 @@ struct BudgetSplit {
 BudgetSplit share_by_need(const std::vector<EncoderNeed>& encoders, int64_t available,
                           const std::string& device, int64_t budget);
 
+// The batch limits a run cuts by, and what the budget on each GPU came to.
+struct BudgetedLimits {
+  BatchLimitsByModality limits;  // the config's (batch_limits), cost limits lowered to the budget
+  std::vector<DeviceBudget> devices;  // empty without a budget or without GPUs
+};
+
 // Applies run.gpu_memory_budget: caps the caching allocator of every GPU the encoders use,
-// measures each GPU encoder's cost per unit, and lowers `config`'s batch limits (batch_size,
-// max_batch_frames / max_batch_seconds / max_batch_tokens) so that the largest planned batch fits
-// its share, then runs that batch once to check. Logs the limits chosen. Throws ConfigError when
-// the budget cannot hold one largest sample. No effect without a budget or without GPUs.
-std::vector<DeviceBudget> apply_memory_budget(Config& config, const EncoderPools& pools);
+// measures each GPU encoder's cost per unit, and returns the config's batch limits with the cost
+// limit (video frames, audio samples, text tokens) of each GPU modality lowered so that the
+// largest planned batch fits its share, after running that batch once to check. The sample count
+// limit stays the config's. Logs the limits chosen. Throws ConfigError when the budget cannot
+// hold one largest sample. Without a budget or without GPUs: the config's limits.
+BudgetedLimits apply_memory_budget(const Config& config, const EncoderPools& pools);
 
 }  // namespace precompute

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "encoders/encoder.hpp"
 #include "pipeline/core/modality.hpp"
@@ -29,9 +30,9 @@ std::string format_duration(double seconds) {
 
 namespace {
 
-std::string gpu_memory_text(const RunStats& stats) {
+std::string gpu_memory_text(const std::vector<std::string>& gpu_devices) {
   std::string text;
-  for (const auto& device : stats.gpu_devices) {
+  for (const auto& device : gpu_devices) {
     const auto use = device_memory_use(device);
     if (!use) continue;
     text += fmt::format(" | {} {:.2f} GiB reserved, peak {:.2f}", device,
@@ -43,11 +44,11 @@ std::string gpu_memory_text(const RunStats& stats) {
 
 }  // namespace
 
-std::string progress_line(const RunStats& stats) {
+std::string progress_line(const RunStats& stats, const ProgressContext& context) {
   const auto total = stats.total.load();
   const auto done = stats.completed.load();
   const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - stats.started).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - context.started).count();
   const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
   const double eta = rate > 0 ? static_cast<double>(total - done) / rate : NAN;
   std::string queues;
@@ -63,10 +64,12 @@ std::string progress_line(const RunStats& stats) {
       rate, format_duration(eta), stats.submitted.load() - stats.prepared.load(),
       stats.prepared.load() - stats.routed.load(), stats.routed.load() - stats.completed.load(),
       queues, stats.shards_written.load(),
-      stats.failed_samples.load()) + gpu_memory_text(stats);
+      stats.failed_samples.load()) + gpu_memory_text(context.gpu_devices);
 }
 
-ProgressReporter::ProgressReporter(const RunStats& stats, double interval_s) : stats_(stats) {
+ProgressReporter::ProgressReporter(const RunStats& stats, ProgressContext context,
+                                   double interval_s)
+    : stats_(stats), context_(std::move(context)) {
   if (interval_s > 0) thread_ = std::thread([this, interval_s] { loop(interval_s); });
 }
 
@@ -88,7 +91,7 @@ void ProgressReporter::loop(double interval_s) {
       std::llround(std::clamp(interval_s, kMinIntervalS, kMaxIntervalS) * 1000.0));
   std::unique_lock lock(mutex_);
   while (!wake_.wait_for(lock, interval, [this] { return stop_; })) {
-    spdlog::info("progress: {}", progress_line(stats_));
+    spdlog::info("progress: {}", progress_line(stats_, context_));
   }
 }
 

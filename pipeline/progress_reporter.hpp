@@ -3,23 +3,30 @@
 // total, rate, ETA and where samples wait (decoding, encoder queues, writer). Stops and joins in
 // its destructor.
 
-#include <array>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace precompute {
 
 struct RunStats;
 
+// What the progress line shows beside the counters.
+struct ProgressContext {
+  std::chrono::steady_clock::time_point started;  // when the graph started
+  std::vector<std::string> gpu_devices;  // CUDA devices the encoders use: their memory is shown
+};
+
 // The progress line for the current counters (also used for the last line).
-std::string progress_line(const RunStats& stats);
+std::string progress_line(const RunStats& stats, const ProgressContext& context);
 
 class ProgressReporter {
  public:
   // interval_s <= 0 disables the reporter.
-  ProgressReporter(const RunStats& stats, double interval_s);
+  ProgressReporter(const RunStats& stats, ProgressContext context, double interval_s);
   ~ProgressReporter();
   ProgressReporter(const ProgressReporter&) = delete;
   ProgressReporter& operator=(const ProgressReporter&) = delete;
@@ -28,6 +35,7 @@ class ProgressReporter {
   void loop(double interval_s);
 
   const RunStats& stats_;
+  const ProgressContext context_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;

@@ -206,8 +206,7 @@ RunPlan plan_run(const std::vector<SampleSpec>& samples, const OutputIndex& inde
     for (int64_t seq = r.first_seq; seq < r.end_seq(); ++seq) positions.push_back(seq);
   }
   std::sort(positions.begin(), positions.end());
-  run.samples.reserve(positions.size());
-  for (int64_t seq : positions) run.samples.push_back(samples[static_cast<size_t>(seq)]);
+  run.positions = std::move(positions);
   run.shards = ShardPlan(std::move(sorted_ranges), std::move(sorted_last));
   return run;
 }

@@ -35,7 +35,8 @@ void check_same_input(const OutputIndex& previous, const std::vector<SampleSpec>
 
 struct RunPlan {
   ShardPlan shards{std::vector<ShardRange>{}};
-  std::vector<SampleSpec> samples;   // to process, ascending seq
+  std::vector<int64_t> positions;    // input positions (seq) to process, ascending; the
+                                     // samples themselves stay in the input, held once
   std::vector<ShardContents> kept;   // --retry-failed: the good samples of each redone shard
   int64_t committed_samples = 0;     // input positions already in committed shards, kept as is
 };

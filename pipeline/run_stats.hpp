@@ -6,8 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "pipeline/core/modality.hpp"
 
@@ -34,8 +32,6 @@ struct RunStats {
   std::atomic<int64_t> video_seeks_undone{0};
   std::atomic<int64_t> video_nvdec_clips{0};      // of video_clips, decoded on NVDEC
   std::atomic<int64_t> video_nvdec_fallbacks{0};  // given to NVDEC, decoded on the CPU instead
-  // Per modality: the batch cost limit learnt from out-of-memory errors (0: none yet).
-  std::array<std::atomic<int64_t>, kNumModalities> learned_max_cost{};
   std::array<std::atomic<int64_t>, kNumModalities> embedded{};        // per modality
   std::array<std::atomic<int64_t>, kNumModalities> batches_queued{};  // sent to an encoder
   std::array<std::atomic<int64_t>, kNumModalities> batches_done{};
@@ -46,8 +42,6 @@ struct RunStats {
   std::atomic<int64_t> build_ns{0};   // shard images (HDF5)
   std::atomic<int64_t> commit_ns{0};  // writing, fsyncing, hashing them; the index
   std::array<std::atomic<int64_t>, kNumModalities> encode_ns{};
-  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-  std::vector<std::string> gpu_devices;  // set before the run starts; progress shows their memory
 };
 
 // Adds the time from its construction to its destruction to `total` (nanoseconds).

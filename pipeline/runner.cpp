@@ -2,15 +2,17 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
-#include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
 #include <csignal>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "encoders/bert/text_settings.hpp"
 #include "encoders/encoder.hpp"
@@ -25,6 +27,7 @@
 #include "pipeline/progress_reporter.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
+#include "pipeline/stages/batch_cost_feedback.hpp"
 #include "storage/output_folder.hpp"
 #include "storage/output_index.hpp"
 
@@ -177,59 +180,72 @@ void check_usable_input(const std::vector<SampleSpec>& samples, const Config& co
            "input.manifest / --input");
 }
 
-}  // namespace
+using Clock = std::chrono::steady_clock;
 
-// Note [Overwrite once]
-// --overwrite is a decision about the folder as the command found it. The supervisor restarts
-// the run after a crash; a restarted run that applied --overwrite again would delete the shards
-// committed since and the quarantine that pins the crash on its sample, and crash on the same
-// file forever. So the first run reports when the removal is done (RunContext::after_overwrite)
-// and the supervisor's later runs resume instead.
-//
-// Note [Refuse before touching the output]
-// The order below is deliberate: the input is read, the folder is locked (which only creates
-// it and its lock file), the earlier run's index is read without changing anything for the
-// checks that may refuse a resume, the encoders are loaded (and the decoders and tokenizer set
-// up) and the memory budget calibrated.
-// Only then are earlier files removed (--overwrite) or repaired (a resume), so a run that is
-// refused leaves the earlier output as it was.
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
-RunSummary run_precompute(const Config& config, const RunContext& context) {
-  validate(config);
-  const auto run_started = std::chrono::steady_clock::now();
-  RunStats stats;
-  configure_torch_threads(config.run.torch_threads);
+// The input, held once: the plan and the graph refer to its samples by position (seq).
+struct Input {
+  std::vector<SampleSpec> samples;
+  std::filesystem::path path;  // input.manifest, or input.folder without one
 
-  const auto samples = read_input(config.input.manifest, config.input.folder);
-  const auto& input_path = config.input.manifest.empty() ? config.input.folder
-                                                         : config.input.manifest;
-  spdlog::info("input: {} samples from {}", samples.size(), input_path.string());
-  check_usable_input(samples, config, input_path);
-
-  const bool overwrite = config.output.overwrite && !context.overwrite_done;
-  OutputFolderOptions folder_options;
-  folder_options.allow_foreign = config.output.overwrite;
-  folder_options.owner_pid = context.owner_pid;
-  const OutputFolder folder = OutputFolder::open(config.output.path, folder_options);
-  const auto id_at = [&](int64_t seq) -> std::optional<std::string_view> {
+  // The id at a position, for rebuilding an index from the shards.
+  std::optional<std::string_view> id_at(int64_t seq) const {
     if (seq < 0 || seq >= static_cast<int64_t>(samples.size())) return std::nullopt;
     return samples[static_cast<size_t>(seq)].id;
-  };
-  // The input of a shard's range, stored in each shard and checked when an index is rebuilt.
-  const auto range_identity = [&](int64_t first, int64_t count) {
-    return input_identity(samples, first, count);
-  };
-  std::optional<OutputIndex> earlier;
-  if (!overwrite) {
-    earlier = folder.peek_previous_run();
-    if (earlier) check_same_input(*earlier, samples, config.output.path);
   }
+  // The input of a shard's range, stored in each shard and checked when an index is rebuilt.
+  std::string range_identity(int64_t first, int64_t count) const {
+    return input_identity(samples, first, count);
+  }
+};
 
+Input read_checked_input(const Config& config) {
+  Input input;
+  input.samples = read_input(config.input.manifest, config.input.folder);
+  input.path = config.input.manifest.empty() ? config.input.folder : config.input.manifest;
+  spdlog::info("input: {} samples from {}", input.samples.size(), input.path.string());
+  check_usable_input(input.samples, config, input.path);
+  return input;
+}
+
+// The output folder, locked, and the earlier run in it as found; nothing in it changed yet.
+struct Output {
+  OutputFolder folder;
+  bool overwrite = false;  // this run removes the earlier run's files (Note [Overwrite once])
+  std::optional<OutputIndex> earlier;  // the earlier run's index on disk, unless overwriting
+};
+
+Output open_output(const Config& config, const RunContext& context, const Input& input) {
+  OutputFolderOptions options;
+  options.allow_foreign = config.output.overwrite;
+  options.owner_pid = context.owner_pid;
+  Output output{OutputFolder::open(config.output.path, options),
+                config.output.overwrite && !context.overwrite_done, std::nullopt};
+  if (!output.overwrite) {
+    output.earlier = output.folder.peek_previous_run();
+    if (output.earlier) check_same_input(*output.earlier, input.samples, config.output.path);
+  }
+  return output;
+}
+
+// The encoders and decoders, ready, and what they and the device budget decided.
+struct Calibrated {
+  EncoderPools pools;
+  double load_seconds = 0.0;  // loading and warming up the encoders
+  SamplePreparer preparer;
+  int decode_threads = 1;
+  ShardMeta meta;               // what every shard of this run records
+  BatchLimitsByModality limits;  // under run.gpu_memory_budget
+};
+
+Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats) {
   spdlog::info("compute: {}", describe_devices());
-  const auto load_started = std::chrono::steady_clock::now();
-  const auto pools = load_encoders(config);
-  const double load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_started).count();
+  const auto load_started = Clock::now();
+  auto pools = load_encoders(config);
+  const double load_seconds = seconds_since(load_started);
   // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
   // which may refuse the run.
   SamplePreparer preparer(config, stats);
@@ -238,75 +254,88 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   const int decode_threads = config.run.decode_threads > 0
                                  ? config.run.decode_threads
                                  : cores() + preparer.decode_threads_beside_the_cpu();
-
-  OutputIndex index;
-  index.meta = make_meta(config, pools);
-  if (earlier) {
-    check_same_settings(earlier->meta, index.meta, semantic_config_json(config),
+  auto meta = make_meta(config, pools);
+  if (output.earlier) {
+    check_same_settings(output.earlier->meta, meta, semantic_config_json(config),
                         config.output.path);
   }
   // Batch limits under run.gpu_memory_budget (Note [Memory budgets]); throughput settings only.
-  Config tuned = config;
-  apply_memory_budget(tuned, pools);
+  auto limits = apply_memory_budget(config, pools).limits;
+  return {std::move(pools), load_seconds, std::move(preparer), decode_threads, std::move(meta),
+          std::move(limits)};
+}
 
-  // Nothing can refuse the run any more: the folder may change now.
+// The index this run starts from and the work left to do.
+struct Planned {
+  OutputIndex index;  // as written at the start: the committed shards this run keeps
+  RunPlan plan;
+};
+
+// The first step that changes the output folder: the earlier run's files are removed
+// (--overwrite) or repaired (a resume), and the index of what is kept is written.
+Planned plan(const Config& config, const RunContext& context, const Input& input,
+             const Output& output, const Calibrated& calibrated) {
+  OutputIndex index;
+  index.meta = calibrated.meta;
   std::optional<OutputIndex> previous;
-  if (overwrite) {
-    folder.remove_previous_run();
+  if (output.overwrite) {
+    output.folder.remove_previous_run();
   } else {
-    previous = folder.load_previous_run(id_at, range_identity);
-    if (previous && !earlier) {
+    previous = output.folder.load_previous_run(
+        [&](int64_t seq) { return input.id_at(seq); },
+        [&](int64_t first, int64_t count) { return input.range_identity(first, count); });
+    if (previous && !output.earlier) {
       // Rebuilt from the shards (the index on disk was damaged or gone): not checked above.
-      check_same_input(*previous, samples, config.output.path);
+      check_same_input(*previous, input.samples, config.output.path);
       check_same_settings(previous->meta, index.meta, semantic_config_json(config),
                           config.output.path);
     }
     if (previous) index.shards = std::move(previous->shards);
   }
-  index.total_samples = static_cast<int64_t>(samples.size());
+  index.total_samples = static_cast<int64_t>(input.samples.size());
   index.shard_size = config.output.shard_size;
-  index.input = input_path.string();
-  index.input_samples = static_cast<int64_t>(samples.size());
-  index.input_sha256 = input_identity(samples, samples.size());
+  index.input = input.path.string();
+  index.input_samples = static_cast<int64_t>(input.samples.size());
+  index.input_sha256 = input_identity(input.samples, input.samples.size());
   write_index(config.output.path, index);
-  if (overwrite && context.after_overwrite) context.after_overwrite();
+  if (output.overwrite && context.after_overwrite) context.after_overwrite();
 
-  for (const auto& pool : pools) {
-    if (!pool) continue;
-    for (const auto& e : pool->encoders()) {
-      const auto& device = e->info().device;
-      if (device.rfind("cuda", 0) == 0 &&
-          std::find(stats.gpu_devices.begin(), stats.gpu_devices.end(), device) ==
-              stats.gpu_devices.end()) {
-        stats.gpu_devices.push_back(device);
-      }
-    }
-  }
-
-  RunPlan plan = plan_run(samples, index, config.output.shard_size, config.output.retry_failed,
-                          config.output.path);
-  stats.total = static_cast<int64_t>(plan.samples.size());
+  RunPlan plan = plan_run(input.samples, index, config.output.shard_size,
+                          config.output.retry_failed, config.output.path);
   if (previous) {
     spdlog::info("resuming {}: {} of {} samples are in committed shards; {} to process in {} "
                  "shard(s)",
-                 config.output.path.string(), plan.committed_samples, samples.size(),
-                 plan.samples.size(), plan.shards.ranges().size());
+                 config.output.path.string(), plan.committed_samples, input.samples.size(),
+                 plan.positions.size(), plan.shards.ranges().size());
   }
+  return {std::move(index), std::move(plan)};
+}
 
+// The graph's threads and bounds for the encoders and decode threads of the run.
+struct GraphSizing {
   GraphSettings settings;
+  size_t needed = 0;  // samples in flight that a full batch of every modality needs
+};
+
+GraphSizing size_graph(const Config& config, const Calibrated& calibrated) {
+  GraphSizing sizing;
+  GraphSettings& settings = sizing.settings;
+  const int decode_threads = calibrated.decode_threads;
   settings.decode_concurrency = decode_threads;
   int max_batch = 1;
   size_t encoders = 0;
   for (Modality m : kAllModalities) {
-    if (!pools[modality_index(m)]) continue;
-    settings.encode_concurrency[modality_index(m)] = pools[modality_index(m)]->size();
-    encoders += pools[modality_index(m)]->size();
-    max_batch = std::max(max_batch, tuned.section(m).batch_size);
+    const auto& pool = calibrated.pools[modality_index(m)];
+    if (!pool) continue;
+    settings.encode_concurrency[modality_index(m)] = pool->size();
+    encoders += pool->size();
+    max_batch = std::max(max_batch, calibrated.limits[modality_index(m)]->max_samples);
   }
   // The limit must leave room for a full batch of every modality plus the samples being decoded,
   // or batches would wait for samples the limit holds back.
   const size_t needed = static_cast<size_t>(max_batch) * (encoders + 1) +
                         2 * static_cast<size_t>(decode_threads);
+  sizing.needed = needed;
   settings.max_in_flight = std::max<size_t>(needed, static_cast<size_t>(config.run.max_in_flight));
   // With a host budget, bytes bound memory and the count may be larger (Note [Host memory
   // budget]).
@@ -317,11 +346,58 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
     spdlog::warn("run.max_in_flight {} is too small for batch size {} and {} decode threads; "
                  "using {}", config.run.max_in_flight, max_batch, decode_threads, needed);
   }
+  // Decode bodies, one body per encoder and the two serial stages each occupy a thread.
+  settings.threads = std::max(cores(), decode_threads + static_cast<int>(encoders) + 2);
   spdlog::info("pipeline: {} decode threads, {} samples in flight at most, shards of {} samples",
                decode_threads, settings.max_in_flight, config.output.shard_size);
+  return sizing;
+}
 
-  InflightJournal journal(config.output.path, decode_threads);
-  ContainedPreparer contained(preparer, journal, read_quarantine(config.output.path),
+// The CUDA devices the encoders run on, for the progress line.
+std::vector<std::string> gpu_devices(const EncoderPools& pools) {
+  std::vector<std::string> devices;
+  for (const auto& pool : pools) {
+    if (!pool) continue;
+    for (const auto& e : pool->encoders()) {
+      const auto& device = e->info().device;
+      if (device.rfind("cuda", 0) == 0 &&
+          std::find(devices.begin(), devices.end(), device) == devices.end()) {
+        devices.push_back(device);
+      }
+    }
+  }
+  return devices;
+}
+
+// What the graph left behind.
+struct Executed {
+  OutputIndex index;  // every shard of the output, committed
+  int64_t peak_decoded_bytes = 0;
+};
+
+// Throws StoppedError after a stop request; otherwise every planned sample is committed.
+void check_finished(const Config& config, const OutputIndex& index, const RunStats& stats) {
+  if (stop_requested()) {
+    const int signal = stop_signal();
+    throw StoppedError(
+        signal,
+        detail::concat("stopped by ", stop_signal_name(signal), ": ", index.shards.size(),
+                       " shard(s) committed in ", config.output.path.string(),
+                       ", samples of unfinished shards dropped; rerun the same command to resume"),
+        __FILE__, __LINE__);
+  }
+  PC_ASSERT(stats.completed.load() == stats.total.load(), "run ended with ",
+            stats.completed.load(), " of ", stats.total.load(), " samples complete");
+}
+
+// Runs the planned samples through the graph, in crash containment and under the host memory
+// budget, and commits their shards.
+Executed execute(const Config& config, const Input& input, const Calibrated& calibrated,
+                 Planned& planned, RunStats& stats) {
+  stats.total = static_cast<int64_t>(planned.plan.positions.size());
+  GraphSizing sizing = size_graph(config, calibrated);
+  InflightJournal journal(config.output.path, calibrated.decode_threads);
+  ContainedPreparer contained(calibrated.preparer, journal, read_quarantine(config.output.path),
                               {config.video.enabled, config.audio.enabled, config.text.enabled});
   // Two decodes (video, audio) may each take the limit; the watchdog is the backstop for a
   // decoder that ignores FFmpeg's interrupt callback.
@@ -329,53 +405,46 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
       journal, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
                    2 * config.run.sample_timeout_s + 5)));
   HostMemoryBudget host_budget(config.run.host_memory_budget,
-                              static_cast<int64_t>(needed));
-  settings.before_sample = [&] {
+                               static_cast<int64_t>(sizing.needed));
+  sizing.settings.before_sample = [&] {
     host_budget.wait_for_room([&] { return stats.submitted.load() - stats.completed.load(); },
                               [&] { return stats.submitted.load() - stats.prepared.load(); });
   };
   const PrepareFn prepare = [&](const SampleSpec& spec) {
     return host_budget.charge(contained(spec));
   };
-  BatchRouter router(tuned, plan.shards, &stats.learned_max_cost);
-  EncodeStage encode(pools, stats);
-  ShardCommitter committer(config.output.path, index, stats);
-  ShardAssembler assembler(committer, plan.shards, stats, range_identity);
-  for (auto& kept : plan.kept) assembler.preload(std::move(kept));
-  stats.started = std::chrono::steady_clock::now();
+  BatchCostFeedback feedback;
+  BatchRouter router(calibrated.limits, planned.plan.shards, &feedback);
+  EncodeStage encode(calibrated.pools, stats, feedback);
+  ShardCommitter committer(config.output.path, planned.index, stats);
+  ShardAssembler assembler(committer, planned.plan.shards, stats,
+                           [&](int64_t first, int64_t count) {
+                             return input.range_identity(first, count);
+                           });
+  for (auto& kept : planned.plan.kept) assembler.preload(std::move(kept));
+  const ProgressContext progress_context{Clock::now(), gpu_devices(calibrated.pools)};
   {
-    // Decode bodies, one body per encoder and the two serial stages each occupy a thread.
-    const int parallelism = std::max(cores(), decode_threads + static_cast<int>(encoders) + 2);
-    tbb::global_control threads(tbb::global_control::max_allowed_parallelism,
-                                static_cast<size_t>(parallelism));
-    tbb::task_arena arena(parallelism);
-    ProgressReporter progress(stats, config.run.progress_interval_s);
-    arena.execute(
-        [&] { run_graph(plan.samples, prepare, router, encode, assembler, stats, settings); });
+    ProgressReporter progress(stats, progress_context, config.run.progress_interval_s);
+    run_graph(input.samples, planned.plan.positions, prepare, router, encode, assembler, stats,
+              sizing.settings);
     committer.finish();
   }
-  spdlog::info("progress: {}", progress_line(stats));
-  if (stop_requested()) {
-    const int signal = stop_signal();
-    throw StoppedError(
-        signal,
-        detail::concat("stopped by ", stop_signal_name(signal), ": ",
-                       committer.index().shards.size(), " shard(s) committed in ",
-                       config.output.path.string(),
-                       ", samples of unfinished shards dropped; rerun the same command to resume"),
-        __FILE__, __LINE__);
-  }
-  PC_ASSERT(stats.completed.load() == stats.total.load(), "run ended with ",
-            stats.completed.load(), " of ", stats.total.load(), " samples complete");
+  spdlog::info("progress: {}", progress_line(stats, progress_context));
+  check_finished(config, committer.index(), stats);
   // Every sample is committed: suspects of earlier crashes are settled.
   std::error_code ignored;
   std::filesystem::remove(config.output.path / kQuarantineFileName, ignored);
+  return {committer.index(), host_budget.peak_bytes()};
+}
 
+RunSummary summarise(const Config& config, const Input& input, const Calibrated& calibrated,
+                     const Planned& planned, const Executed& executed, const RunStats& stats,
+                     Clock::time_point run_started) {
   RunSummary summary;
   summary.output = config.output.path;
-  summary.total_samples = static_cast<int64_t>(samples.size());
+  summary.total_samples = static_cast<int64_t>(input.samples.size());
   summary.processed_samples = stats.total;
-  summary.resumed_samples = plan.committed_samples;
+  summary.resumed_samples = planned.plan.committed_samples;
   summary.failed_samples = stats.failed_samples;
   summary.failure_records = stats.failure_records;
   summary.repaired_texts = stats.invalid_utf8_texts;
@@ -387,30 +456,28 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   summary.video_seeks_undone = stats.video_seeks_undone;
   summary.video_nvdec_clips = stats.video_nvdec_clips;
   summary.video_nvdec_fallbacks = stats.video_nvdec_fallbacks;
-  summary.video_decoders = preparer.video_decoders();
-  summary.peak_decoded_bytes = host_budget.peak_bytes();
+  summary.video_decoders = calibrated.preparer.video_decoders();
+  summary.peak_decoded_bytes = executed.peak_decoded_bytes;
   summary.shards = stats.shards_written;
   summary.bytes_written = stats.bytes_written;
   summary.peak_rss_bytes = peak_rss_bytes();
   summary.device_memory = device_memory_peaks();
-  summary.load_seconds = load_seconds;
-  summary.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_started).count() -
-      load_seconds;
+  summary.load_seconds = calibrated.load_seconds;
+  summary.seconds = seconds_since(run_started) - calibrated.load_seconds;
   const auto busy = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns) / 1e9; };
   summary.busy_seconds = {{"route", busy(stats.route_ns)},
                           {"assemble", busy(stats.assemble_ns)},
                           {"build shards", busy(stats.build_ns)},
                           {"commit", busy(stats.commit_ns)}};
   for (Modality m : kAllModalities) {
-    if (pools[modality_index(m)]) {
+    if (calibrated.pools[modality_index(m)]) {
       summary.busy_seconds["encode " + std::string(modality_name(m))] =
           busy(stats.encode_ns[modality_index(m)]);
     }
   }
   // The whole output's failures: a resumed run is judged like an uninterrupted one.
   summary.output_failed_samples = 0;
-  for (const auto& entry : committer.index().shards) {
+  for (const auto& entry : executed.index.shards) {
     summary.output_failed_samples += entry.failed_samples;
     summary.samples_with_embeddings += entry.num_samples;
     for (int m = 0; m < kNumModalities; ++m) summary.embedded[m] += entry.modality_counts[m];
@@ -423,6 +490,37 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
     }
   }
   return summary;
+}
+
+}  // namespace
+
+// Note [Overwrite once]
+// --overwrite is a decision about the folder as the command found it. The supervisor restarts
+// the run after a crash; a restarted run that applied --overwrite again would delete the shards
+// committed since and the quarantine that pins the crash on its sample, and crash on the same
+// file forever. So the first run reports when the removal is done (RunContext::after_overwrite)
+// and the supervisor's later runs resume instead.
+//
+// Note [Refuse before touching the output]
+// The order of the steps is deliberate: the input is read, the folder is locked (which only
+// creates it and its lock file), the earlier run's index is read without changing anything for
+// the checks that may refuse a resume, the encoders are loaded (and the decoders and tokenizer
+// set up) and the memory budget calibrated. Only then does plan() remove earlier files
+// (--overwrite) or repair them (a resume), so a run that is refused leaves the earlier output
+// as it was.
+
+RunSummary run_precompute(const Config& config, const RunContext& context) {
+  validate(config);
+  const auto run_started = Clock::now();
+  configure_torch_threads(config.run.torch_threads);
+  RunStats stats;
+  const Input input = read_checked_input(config);
+  const Output output = open_output(config, context, input);
+  const Calibrated calibrated = load_and_calibrate(config, output, stats);
+  // Nothing can refuse the run any more: the folder may change now.
+  Planned planned = plan(config, context, input, output, calibrated);
+  const Executed executed = execute(config, input, calibrated, planned, stats);
+  return summarise(config, input, calibrated, planned, executed, stats, run_started);
 }
 
 std::string format_summary(const RunSummary& s) {

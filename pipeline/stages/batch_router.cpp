@@ -15,16 +15,20 @@ namespace precompute {
 // stores the same bits as an uninterrupted one. The shard flush also means no batch waits for
 // samples that the in-flight limit holds back: a shard's samples never wait on the next shard.
 
-ModalityBatcher::ModalityBatcher(Modality modality, BatchLimits limits)
-    : modality_(modality), limits_(limits) {
+ModalityBatcher::ModalityBatcher(Modality modality, BatchLimits limits,
+                                 const BatchCostFeedback* feedback)
+    : modality_(modality), limits_(limits), feedback_(feedback) {
   PC_ASSERT(limits.max_samples >= 1, "batch size must be positive");
   open_.modality = modality;
 }
 
-int64_t BatchLimits::cost_limit() const {
-  const int64_t learned = learned_max_cost != nullptr ? learned_max_cost->load() : 0;
+int64_t BatchLimits::cost_limit(int64_t learned) const {
   if (learned <= 0) return max_cost;
   return max_cost > 0 ? std::min(max_cost, learned) : learned;
+}
+
+int64_t ModalityBatcher::cost_limit() const {
+  return limits_.cost_limit(feedback_ != nullptr ? feedback_->limit(modality_) : 0);
 }
 
 bool ModalityBatcher::fits(const PreparedSample& sample) const {
@@ -34,7 +38,7 @@ bool ModalityBatcher::fits(const PreparedSample& sample) const {
       sample_cost(modality_, sample) != sample_cost(modality_, *open_.samples.front())) {
     return false;
   }
-  const int64_t max_cost = limits_.cost_limit();
+  const int64_t max_cost = cost_limit();
   if (max_cost <= 0) return true;
   const int64_t cost = sample_cost(modality_, sample);
   if (limits_.padded) {
@@ -47,7 +51,7 @@ bool ModalityBatcher::fits(const PreparedSample& sample) const {
 
 bool ModalityBatcher::full() const {
   if (static_cast<int>(open_.samples.size()) >= limits_.max_samples) return true;
-  const int64_t max_cost = limits_.cost_limit();
+  const int64_t max_cost = cost_limit();
   if (max_cost <= 0) return false;
   const auto n = static_cast<int64_t>(open_.samples.size());
   return (limits_.padded ? n * open_max_tokens_ : open_cost_) >= max_cost;
@@ -95,16 +99,21 @@ BatchLimits batch_limits(const Config& config, Modality m) {
   return limits;
 }
 
-BatchRouter::BatchRouter(const Config& config, const ShardPlan& plan,
-                         const std::array<std::atomic<int64_t>, kNumModalities>* learned_max_cost)
+BatchLimitsByModality batch_limits(const Config& config) {
+  BatchLimitsByModality limits;
+  for (Modality m : kAllModalities) {
+    if (config.enabled(m)) limits[modality_index(m)] = batch_limits(config, m);
+  }
+  return limits;
+}
+
+BatchRouter::BatchRouter(const BatchLimitsByModality& limits, const ShardPlan& plan,
+                         const BatchCostFeedback* feedback)
     : plan_(&plan) {
   for (Modality m : kAllModalities) {
-    if (!config.enabled(m)) continue;
-    auto limits = batch_limits(config, m);
-    if (learned_max_cost != nullptr) {
-      limits.learned_max_cost = &(*learned_max_cost)[modality_index(m)];
+    if (const auto& l = limits[modality_index(m)]) {
+      batchers_[modality_index(m)].emplace(m, *l, feedback);
     }
-    batchers_[modality_index(m)].emplace(m, limits);
   }
 }
 

@@ -5,12 +5,12 @@
 // thread-safe: it runs in a serial node.
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "pipeline/core/config.hpp"
+#include "pipeline/stages/batch_cost_feedback.hpp"
 #include "pipeline/stages/shard_plan.hpp"
 #include "pipeline/stages/stage_messages.hpp"
 
@@ -21,17 +21,21 @@ struct BatchLimits {
   int64_t max_cost = 0;    // cost units per batch; 0: no cost limit
   bool equal_steps = false;  // every sample of a batch has the same step count (video clips)
   bool padded = false;       // text: the cost is padded tokens (batch size x longest caption)
-  // Lowered by the encode stage after an out-of-memory error (Note [Out of memory]); 0: none.
-  const std::atomic<int64_t>* learned_max_cost = nullptr;
 
-  // The cost limit in force: the configured one, or the learned one when lower.
-  int64_t cost_limit() const;
+  // The cost limit in force: max_cost, or `learned` (0: none) when lower.
+  int64_t cost_limit(int64_t learned) const;
 };
+
+// Every modality's limits; unset for a modality the config leaves out.
+using BatchLimitsByModality = std::array<std::optional<BatchLimits>, kNumModalities>;
 
 // Accumulates one modality's samples into batches.
 class ModalityBatcher {
  public:
-  ModalityBatcher(Modality modality, BatchLimits limits);
+  // `feedback`, when given, lowers the cost limit after an out-of-memory error (Note [Out of
+  // memory]); it must outlive the batcher.
+  ModalityBatcher(Modality modality, BatchLimits limits,
+                  const BatchCostFeedback* feedback = nullptr);
 
   // Adds a sample that has this modality. Appends to `ready` the batch closed because the sample
   // did not fit in it, and the batch the sample filled, if any.
@@ -43,21 +47,27 @@ class ModalityBatcher {
  private:
   bool fits(const PreparedSample& sample) const;
   bool full() const;
+  int64_t cost_limit() const;
 
   Modality modality_;
   BatchLimits limits_;
+  const BatchCostFeedback* feedback_;
   ModalityBatch open_;
   int64_t open_cost_ = 0;
   int64_t open_max_tokens_ = 0;  // text: longest caption in the open batch
 };
 
+// The limits the config sets: batch_size and max_batch_frames / max_batch_seconds /
+// max_batch_tokens. A GPU memory budget may lower them (apply_memory_budget).
 BatchLimits batch_limits(const Config& config, Modality m);
+BatchLimitsByModality batch_limits(const Config& config);
 
 class BatchRouter {
  public:
-  // `plan` must outlive the router.
-  BatchRouter(const Config& config, const ShardPlan& plan,
-              const std::array<std::atomic<int64_t>, kNumModalities>* learned_max_cost = nullptr);
+  // One batcher per modality that has limits. `plan` and `feedback` (when given) must outlive
+  // the router.
+  BatchRouter(const BatchLimitsByModality& limits, const ShardPlan& plan,
+              const BatchCostFeedback* feedback = nullptr);
 
   struct Routed {
     SampleOutline outline;

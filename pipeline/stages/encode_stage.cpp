@@ -82,13 +82,9 @@ void EncodeStage::encode_splitting(const std::vector<PreparedSamplePtr>& samples
       cost += sample_cost(m, *s);
       largest = std::max(largest, sample_cost(m, *s));
     }
-    auto& learned = stats_->learned_max_cost[modality_index(m)];
-    const int64_t cap = std::max(largest, cost / 2);
-    int64_t current = learned.load();
-    while ((current == 0 || cap < current) && !learned.compare_exchange_weak(current, cap)) {
-    }
+    const int64_t limit = feedback_->lower(m, std::max(largest, cost / 2));
     spdlog::warn("{}; splitting the batch of {} in two; later {} batches cost at most {}",
-                 error.what(), samples.size(), modality_name(m), learned.load());
+                 error.what(), samples.size(), modality_name(m), limit);
     const auto half = samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2);
     encode_splitting(std::vector<PreparedSamplePtr>(samples.begin(), half), m, out);
     encode_splitting(std::vector<PreparedSamplePtr>(half, samples.end()), m, out);

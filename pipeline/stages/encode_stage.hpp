@@ -3,6 +3,8 @@
 // per device) sit in a pool; a call checks one out, so the node's concurrency equals the pool's
 // size and every device has one owner at a time. A batch that fails is retried sample by sample,
 // so one bad sample fails alone (category encode_error) and the rest are embedded.
+// After an out-of-memory split it lowers the modality's cost limit in a BatchCostFeedback that
+// the batch router reads (Note [Out of memory]).
 // Copyable (oneTBB copies bodies); the pool is shared and thread-safe.
 
 #include <array>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "encoders/encoder.hpp"
+#include "pipeline/stages/batch_cost_feedback.hpp"
 #include "pipeline/stages/stage_messages.hpp"
 
 namespace precompute {
@@ -59,7 +62,9 @@ using EncoderPools = std::array<std::shared_ptr<EncoderPool>, kNumModalities>;
 
 class EncodeStage {
  public:
-  EncodeStage(EncoderPools pools, RunStats& stats) : pools_(std::move(pools)), stats_(&stats) {}
+  // `stats` and `feedback` must outlive the stage and its copies.
+  EncodeStage(EncoderPools pools, RunStats& stats, BatchCostFeedback& feedback)
+      : pools_(std::move(pools)), stats_(&stats), feedback_(&feedback) {}
   EncodedBatch operator()(const ModalityBatch& batch) const;
 
  private:
@@ -69,6 +74,7 @@ class EncodeStage {
 
   EncoderPools pools_;
   RunStats* stats_;
+  BatchCostFeedback* feedback_;
   // Encode calls hold it shared; the last retry of a sample that ran out of memory holds it
   // alone, so that no other batch's memory stands in its way (Note [Out of memory]).
   std::shared_ptr<std::shared_mutex> alone_ = std::make_shared<std::shared_mutex>();

@@ -86,7 +86,7 @@ TEST(BatchRouterTest, FlushesAtShardBoundariesAndOutlinesEverySample) {
   c.video.batch_size = 100;
   c.output.shard_size = 5;
   const auto plan = ShardPlan::cover(12, 5, {});
-  BatchRouter router(c, plan);
+  BatchRouter router(batch_limits(c), plan);
   std::vector<ModalityBatch> batches;
   for (int64_t seq = 0; seq < 12; ++seq) {
     auto s = seq % 3 == 0 ? video_sample(seq, 2) : text_sample(seq, 3);

@@ -11,8 +11,6 @@
 #include "pipeline/graph.hpp"
 
 #include <gtest/gtest.h>
-#include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 
 #include <csignal>
 #include <fstream>
@@ -143,6 +141,7 @@ struct GraphRun {
   testing::TempDir dir;
   std::vector<SampleSpec> samples;
   RunStats stats;
+  BatchCostFeedback feedback;  // what the encode stage taught the router
   EncoderPools pools;
   std::array<std::vector<FakeEncoder*>, kNumModalities> encoders;  // owned by `pools`
   std::exception_ptr error;
@@ -252,17 +251,17 @@ std::unique_ptr<GraphRun> run_graph_with(const GraphOptions& o) {
     return host_budget.charge(std::move(sample));
   };
 
-  BatchRouter router(config, plan, &stats.learned_max_cost);
-  EncodeStage encode(pools, stats);
+  settings.threads = o.threads;
+  std::vector<int64_t> positions(run->samples.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
+
+  BatchRouter router(batch_limits(config), plan, &run->feedback);
+  EncodeStage encode(pools, stats, run->feedback);
   {
     ShardCommitter committer(run->dir.path(), index, stats);
     ShardAssembler assembler(committer, plan, stats);
     try {
-      tbb::global_control threads(tbb::global_control::max_allowed_parallelism,
-                                  static_cast<size_t>(o.threads));
-      tbb::task_arena arena(o.threads);
-      arena.execute(
-          [&] { run_graph(run->samples, prepare, router, encode, assembler, stats, settings); });
+      run_graph(run->samples, positions, prepare, router, encode, assembler, stats, settings);
       committer.finish();
       run->index = committer.index();
     } catch (...) {
@@ -434,7 +433,7 @@ TEST_P(GraphTest, OutOfMemoryHalvesBatchesAndFailsOnlyWhatDoesNotFitAlone) {
   ASSERT_FALSE(run->error) << run->error_message();
   EXPECT_EQ(run->stats.completed.load(), static_cast<int64_t>(run->samples.size()));
   EXPECT_GT(run->stats.oom_splits.load(), 0);
-  const int64_t learned = run->stats.learned_max_cost[modality_index(Modality::kText)].load();
+  const int64_t learned = run->feedback.limit(Modality::kText);
   EXPECT_GT(learned, 0);
   EXPECT_LE(learned, 72 / 2);
 
