@@ -1,0 +1,31 @@
+#pragma once
+// out/dataset.h5: one HDF5 file that shows every committed shard of the output as single arrays
+// (/ids, /seq, and per modality present, num_steps, truncated, and the pooled embeddings or the
+// per-step values and timestamps), through HDF5 virtual datasets that point at the shards by
+// relative file name, so the folder can move. It stores only the per-step offsets itself; it is
+// rebuilt from index.json whenever the index changes (Note [The one-file view] in dataset_view.cpp,
+// docs/format.md "One-file view").
+//
+// Thread-safety: one call at a time per output folder (the caller that writes the index). It
+// calls HDF5, whose library here is built thread-safe, so it may run beside the shard builder.
+
+#include <filesystem>
+#include <string_view>
+
+#include "storage/output_index.hpp"
+
+namespace precompute {
+
+inline constexpr std::string_view kDatasetViewFileName = "dataset.h5";
+
+// Writes DIR/dataset.h5 for the shards `index` lists, replacing the file atomically (temporary
+// file, fsync, rename). Reads each listed shard's CSR offsets (once per shard content).
+// Throws StorageError.
+void write_dataset_view(const std::filesystem::path& output_dir, const OutputIndex& index);
+
+// write_dataset_view() for the run's hooks: the view is a convenience, so a failure is logged as
+// a warning and never fails the run. Never throws.
+void refresh_dataset_view(const std::filesystem::path& output_dir,
+                          const OutputIndex& index) noexcept;
+
+}  // namespace precompute
