@@ -28,6 +28,7 @@
 #include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
 #include "pipeline/stages/batch_cost_feedback.hpp"
+#include "storage/dataset_view.hpp"
 #include "storage/output_folder.hpp"
 #include "storage/output_index.hpp"
 
@@ -298,6 +299,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   index.input_samples = static_cast<int64_t>(input.samples.size());
   index.input_sha256 = input_identity(input.samples, input.samples.size());
   write_index(config.output.path, index);
+  refresh_dataset_view(config.output.path, index);  // never throws: the view is a convenience
   if (output.overwrite && context.after_overwrite) context.after_overwrite();
 
   RunPlan plan = plan_run(input.samples, index, config.output.shard_size,

@@ -16,6 +16,7 @@
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/sha256.hpp"
 #include "storage/atomic_file.hpp"
+#include "storage/dataset_view.hpp"
 #include "storage/shard_reader.hpp"
 
 namespace precompute {
@@ -229,7 +230,8 @@ bool is_shard_file_name(std::string_view name) {
 bool is_run_file(const fs::path& file) {
   const auto name = file.filename().string();
   if (name == kLockFileName) return false;
-  return is_shard_file(file) || name == kIndexFileName || is_temp_file(file) ||
+  return is_shard_file(file) || name == kIndexFileName || name == kDatasetViewFileName ||
+         is_temp_file(file) ||
          name.rfind(kRunFilePrefix, 0) == 0;
 }
 

@@ -75,8 +75,8 @@ class OutputFolder {
   int lock_fd_ = -1;
 };
 
-// True for the files a run writes into its output folder (shards, index, temporary files,
-// journals; not the lock file, which must outlive a --overwrite). Only these are ever deleted.
+// True for the files a run writes into its output folder (shards, index, the one-file view,
+// temporary files, journals; not the lock file, which must outlive a --overwrite). Only these are ever deleted.
 bool is_run_file(const std::filesystem::path& file);
 
 // True for a shard file name as the writer makes it: "shard-" then six or more digits, ".h5"

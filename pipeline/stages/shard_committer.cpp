@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipeline/run_stats.hpp"
+#include "storage/dataset_view.hpp"
 
 namespace precompute {
 
@@ -134,6 +135,7 @@ void ShardCommitter::write(const Image& image) {
   std::sort(index_.shards.begin(), index_.shards.end(),
             [](const IndexEntry& a, const IndexEntry& b) { return a.first_seq < b.first_seq; });
   write_index(output_dir_, index_);
+  refresh_dataset_view(output_dir_, index_);  // never throws: the view is a convenience
   for (const auto& file : replaced) {
     std::error_code ignored;  // a leftover is deleted by the next resume anyway
     std::filesystem::remove(output_dir_ / file, ignored);
