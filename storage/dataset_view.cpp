@@ -15,6 +15,7 @@
 #include "pipeline/core/error.hpp"
 #include "storage/atomic_file.hpp"
 #include "storage/h5_handle.hpp"
+#include "storage/hdf5_lock.hpp"
 #include "storage/shard_schema.hpp"
 
 namespace precompute {
@@ -262,14 +263,19 @@ class ViewBuilder {
 }  // namespace
 
 void write_dataset_view(const fs::path& output_dir, const OutputIndex& index) {
-  disable_hdf5_error_printing();
-  std::vector<std::shared_ptr<const ShardOffsets>> offsets;
-  offsets.reserve(index.shards.size());
-  for (const auto& entry : index.shards) {
-    offsets.push_back(read_offsets(output_dir, entry, index.meta));
-  }
   const fs::path target = output_dir / kDatasetViewFileName;
-  write_file_atomically(target, ViewBuilder(target).build(index, offsets));
+  std::string image;
+  {
+    const std::lock_guard lock(hdf5_lock());  // Note [One thread in HDF5]
+    disable_hdf5_error_printing();
+    std::vector<std::shared_ptr<const ShardOffsets>> offsets;
+    offsets.reserve(index.shards.size());
+    for (const auto& entry : index.shards) {
+      offsets.push_back(read_offsets(output_dir, entry, index.meta));
+    }
+    image = ViewBuilder(target).build(index, offsets);
+  }
+  write_file_atomically(target, image);
 }
 
 void refresh_dataset_view(const fs::path& output_dir, const OutputIndex& index) noexcept {

@@ -15,6 +15,7 @@
 #include "storage/atomic_file.hpp"
 #include "storage/float16.hpp"
 #include "storage/h5_handle.hpp"
+#include "storage/hdf5_lock.hpp"
 #include "storage/shard_schema.hpp"
 
 namespace precompute {
@@ -504,6 +505,7 @@ CommittedShard ShardWriter::write(const ShardContents& contents) {
 std::string ShardWriter::build(const ShardContents& contents) const {
   const path target = output_dir_ / shard_file_name(contents.shard_index);
   validate_contents(meta_, contents, target);
+  const std::lock_guard lock(hdf5_lock());  // Note [One thread in HDF5]
   disable_hdf5_error_printing();
   return ShardImageBuilder(meta_, target).build(contents);
 }
