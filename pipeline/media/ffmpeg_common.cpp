@@ -2,6 +2,7 @@
 
 extern "C" {
 #include <libavutil/log.h>
+#include <libavutil/mem.h>
 #include <libavutil/pixdesc.h>
 }
 
@@ -44,9 +45,20 @@ void log_to_spdlog(void* component, int level, const char* format, va_list args)
   if (!text.empty()) spdlog::debug("ffmpeg: {}", text);
 }
 
-void set_log_level_once() {
+// Note [FFmpeg's largest allocation]
+// Demuxers trust sizes in headers: a 1.7 KB WAV whose RIFF LIST chunk claimed 3.9 GB made the
+// INFO reader allocate 1.8 GB per tag, 13 times, before reading a byte of it (the CI fuzzer's
+// out-of-memory, tests/fuzz/regressions/media/wav_info_chunk_claims_gigabytes.wav). No limit of
+// ours sees those allocations, so FFmpeg's own cap on one block (av_max_alloc, INT_MAX by
+// default) is lowered to 1 GiB: well past the largest picture plane or packet a frame within
+// video.max_pixels needs at its default (8192 x 8192 x 6 bytes of 16-bit RGB is 403 MB), so
+// that such a header fails as an allocation error, a decode_error, instead.
+constexpr size_t kMaxFfmpegAllocation = size_t{1} << 30;
+
+void configure_ffmpeg_once() {
   static std::once_flag once;
   std::call_once(once, [] {
+    av_max_alloc(kMaxFfmpegAllocation);
     int level = AV_LOG_WARNING;
     if (const char* value = std::getenv("PRECOMPUTE_FFMPEG_LOG")) {
       const std::string_view name(value);
@@ -321,7 +333,7 @@ std::string error_text(int errnum) {
 
 InputFile open_input(const std::filesystem::path& file, const InputLimits& limits,
                      const Deadline& deadline) {
-  set_log_level_once();
+  configure_ffmpeg_once();
   check_path(file, limits);
 
   InputFile input;

@@ -5,7 +5,8 @@
 // the send/receive decode loop. Only media/ includes this header; the rest of the pipeline never
 // sees FFmpeg types.
 //
-// Thread-safety: free functions, no shared state apart from FFmpeg's global log level, which is
+// Thread-safety: free functions, no shared state apart from FFmpeg's global log level and largest
+// allocation (Note [FFmpeg's largest allocation] in ffmpeg_common.cpp), which are
 // set once (std::call_once) by the first open_input(). An InputFile or Deadline belongs to the
 // one thread decoding that file.
 
