@@ -2,6 +2,7 @@
 once per session, test media made with the ffmpeg CLI, and a reader that gathers a run's shards
 into plain Python structures with h5py (the way a trainer reads them)."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -163,6 +164,20 @@ def failures_by_id(output: Output) -> Dict[str, Dict[str, str]]:
     for f in output.failures:
         out.setdefault(f["id"], {})[f["modality"]] = f["category"]
     return out
+
+
+def index_checksum(index: dict) -> str:
+    """index.json's checksum: records_checksum of storage/output_index.cpp, as docs/format.md
+    gives it (recomputed as an attacker would)."""
+    text = (f"{index['config_fingerprint']}\n{index['total_samples']}\n"
+            f"{index['input_samples']}\n{index['input_sha256']}\n")
+    for e in index["shards"]:
+        counts = [e["modality_counts"].get(m, 0) for m in ("video", "audio", "text")]
+        text += " ".join(str(v) for v in [e["file"], e["shard_index"], e["first_seq"],
+                                          e["seq_count"], e["num_samples"], e["num_failures"],
+                                          e["failed_samples"], e["bytes"], e["sha256"], *counts])
+        text += "\n"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def pytest_configure(config):

@@ -4,7 +4,6 @@ modality can use, output folders holding other people's files, refusals that mus
 earlier output alone, a stopped job. (SIGHUP and the pid named by the lock are in
 test_resume.py.)"""
 
-import hashlib
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import colour_clip, write_manifest
+from conftest import colour_clip, index_checksum, write_manifest
 from test_resume import (  # noqa: F401  (fixtures)
     SHARD_SIZE, assert_media_failed, assert_same_output, committed_shards, dataset, lock_holder,
     oracle, poll, precompute, snapshot)
@@ -163,19 +162,6 @@ def test_a_foreign_index_json_is_not_overwritten(precompute, tmp_path):
     (out / "index.json").write_text('{"experiment": "someone else\'s"}\n')
     precompute.run(out, expect=73)
     assert (out / "index.json").read_text() == '{"experiment": "someone else\'s"}\n'
-
-
-def index_checksum(index: dict) -> str:
-    """records_checksum of storage/output_index.cpp, recomputed as an attacker would."""
-    text = (f"{index['config_fingerprint']}\n{index['total_samples']}\n"
-            f"{index['input_samples']}\n{index['input_sha256']}\n")
-    for e in index["shards"]:
-        counts = [e["modality_counts"].get(m, 0) for m in ("video", "audio", "text")]
-        text += " ".join(str(v) for v in [e["file"], e["shard_index"], e["first_seq"],
-                                          e["seq_count"], e["num_samples"], e["num_failures"],
-                                          e["failed_samples"], e["bytes"], e["sha256"], *counts])
-        text += "\n"
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def test_an_index_naming_a_file_outside_the_folder_deletes_nothing(precompute, oracle, dataset,

@@ -11,7 +11,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import run_precompute, write_manifest
+from conftest import index_checksum, run_precompute, write_manifest
 
 SAMPLES = [
     {"id": "a", "text": "a first caption"},
@@ -118,19 +118,6 @@ def test_manifest_without_an_id_the_output_holds(binary, out, tmp_path):
     assert "embedded id(s) are not in" in r.stdout and "c (shard-000001.h5)" in r.stdout
 
 
-def records_checksum(index: dict) -> str:
-    """index.json's checksum, as docs/format.md gives it."""
-    text = (f"{index['config_fingerprint']}\n{index['total_samples']}\n"
-            f"{index['input_samples']}\n{index['input_sha256']}\n")
-    for e in index["shards"]:
-        counts = [e["modality_counts"].get(m, 0) for m in ("video", "audio", "text")]
-        text += " ".join(str(v) for v in [e["file"], e["shard_index"], e["first_seq"],
-                                          e["seq_count"], e["num_samples"], e["num_failures"],
-                                          e["failed_samples"], e["bytes"], e["sha256"], *counts])
-        text += "\n"
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def test_a_flipped_chunk_behind_a_matching_sha256_fails_its_fletcher32(binary, out):
     """Reading every dataset end to end: damage that index.json was made to agree with (a shard
     rewritten by hand, a copy made from a damaged disk) is still found, naming the dataset."""
@@ -141,7 +128,7 @@ def test_a_flipped_chunk_behind_a_matching_sha256_fails_its_fletcher32(binary, o
     index = json.loads((out / "index.json").read_text())
     entry = next(e for e in index["shards"] if e["file"] == shard.name)
     entry["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
-    index["checksum"] = records_checksum(index)
+    index["checksum"] = index_checksum(index)
     (out / "index.json").write_text(json.dumps(index, indent=2))
     r = verify(binary, out, expect=DAMAGED)
     assert f"DAMAGED: {shard}: cannot be read" in r.stdout and "/text/embeddings" in r.stdout
