@@ -139,3 +139,36 @@ def test_damaged_index_json_is_named(binary, out):
     (out / "index.json").write_text("{")
     r = verify(binary, out, expect=DAMAGED)
     assert "index.json" in r.stdout and "rebuilds index.json" in r.stdout
+
+
+def rewrite_shard(out: Path, name: str, edit) -> None:
+    """Edits a shard with h5py, then makes index.json agree with its new bytes (size, sha256,
+    checksum), as a hand-assembled output would: only the content can give it away."""
+    shard = out / name
+    with h5py.File(shard, "r+") as f:
+        edit(f)
+    index = json.loads((out / "index.json").read_text())
+    entry = next(e for e in index["shards"] if e["file"] == name)
+    entry["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    entry["bytes"] = shard.stat().st_size
+    index["checksum"] = index_checksum(index)
+    (out / "index.json").write_text(json.dumps(index, indent=2))
+
+
+def test_the_same_id_in_two_shards_is_found_and_both_named(binary, out):
+    """An output assembled from two runs (or a shard copied from another output) can hold one id
+    twice; a trainer would then see that sample twice an epoch and `lookup` would be ambiguous."""
+    def rename_e_to_a(f):
+        ids = f["ids"].asstr()[:]
+        assert list(ids) == ["e"]
+        f["ids"][0] = "a"
+    rewrite_shard(out, "shard-000002.h5", rename_e_to_a)
+    with h5py.File(out / "shard-000000.h5", "r") as f:
+        assert "a" in f["ids"].asstr()[:]
+    r = verify(binary, out, expect=DAMAGED)
+    line = next((ln for ln in r.stdout.splitlines() if "is also in" in ln), "")
+    assert "shard-000002.h5" in line and "id 'a' is also in shard-000000.h5" in line, r.stdout
+    assert ": damaged: 3 shard(s), 1 damaged" in r.stdout
+    j = json.loads(verify(binary, out, "--json", expect=DAMAGED).stdout)
+    assert [p["shard"] for p in j["problems"]] == ["shard-000002.h5"]
+    assert "id 'a' is also in shard-000000.h5" in j["problems"][0]["problem"]
