@@ -7,8 +7,8 @@ a video CNN and an audio encoder inside the training loop.
     python examples/train_fusion.py OUT --labels manifest.jsonl --label-key label   # supervised
 
 The model is small on purpose: the encoders already ran, offline, so a step costs a few matrix
-products and a batch of 64k samples fits where two did not (docs/benchmarks.md, "Training from
-the shards").
+products on [batch, dim] tensors, and the batch is bounded by the head alone, not by BERT's or
+a video CNN's activations (docs/benchmarks.md, "Training from the shards", measures both).
 
 - Data: `precompute.ShardDataset` (random access, `shuffle=True`) or, with `--stream`,
   `ShardIterableDataset` (shard-order streaming with a shuffle buffer, cheaper on slow disks),

@@ -108,8 +108,9 @@ def test_refuses_an_output_without_text_and_no_labels(demo_output, tmp_path):
 
 def test_trainer_bench_quick_mode_runs_end_to_end(binary, tmp_path):
     """The GPU benchmark's CPU smoke test: precompute makes 300 samples of pooled 768-d
-    float16 vectors x 3, the reader is timed with 0 and 2 workers both ways, and the three ways
-    (plus the contrastive head) each find a batch and a rate."""
+    float16 vectors x 3, the reader is timed with 0 and 2 workers both ways, train_fusion.py runs
+    on the output, and the three ways (plus the contrastive head) each find a batch and a
+    rate."""
     cmd = [sys.executable, str(ROOT / "tools" / "bench" / "trainer_bench.py"), "--quick",
            "--binary", str(binary), "--out", str(tmp_path / "out"), "--work",
            str(tmp_path / "work")]
@@ -125,5 +126,42 @@ def test_trainer_bench_quick_mode_runs_end_to_end(binary, tmp_path):
     for key, w in res["ways"].items():
         assert w["largest_batch"] >= (2 if key in ("a", "b", "c2") else 256), (key, w)
         assert w["throughput"]["samples_per_s"] > 0
+    # examples/train_fusion.py itself on the bench's output, in its own process.
+    assert res["example"]["samples_per_s"] > 0 and res["example"]["amp"] is False
+    assert len(res["example"]["losses"]) == 3
     md = (tmp_path / "out" / "trainer_bench.md").read_text()
     assert "c. head on precomputed tensors" in md and "shard order" in md
+
+
+def test_trainer_bench_finds_the_largest_batch_by_doubling_then_bisection():
+    """The GPU run's batch search, against a fake way that runs out of memory above 60 (as a
+    CUDA out-of-memory error or as cuDNN's failed workspace allocation): exactly 60 is found,
+    and an error that is not about memory is not taken for one."""
+    sys.path.insert(0, str(ROOT / "tools" / "bench"))
+    import torch
+    import trainer_bench as tb
+
+    def make(limit, error):
+        tried = []
+
+        def inputs(b):
+            tried.append(b)
+            if b > limit:
+                raise error
+            return {}
+        w = torch.nn.Parameter(torch.zeros(1))
+        return tb.Way("fake", [w], inputs, lambda x: (w * 2).sum(), lambda: None), tried
+
+    cpu = torch.device("cpu")
+    for error in (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                  RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED")):
+        way, tried = make(60, error)
+        found = tb.largest_batch(way, 4096, cpu)
+        assert found["largest_batch"] == 60 and not found["capped"], found
+        assert tried[:7] == [1, 2, 4, 8, 16, 32, 64] and max(tried) == 64
+    way, _ = make(10**9, None)
+    found = tb.largest_batch(way, 100, cpu)
+    assert found["largest_batch"] == 64 and found["capped"]
+    way, _ = make(5, ValueError("a bug, not memory"))
+    with pytest.raises(ValueError):
+        tb.largest_batch(way, 100, cpu)

@@ -9,12 +9,14 @@
 #
 # Before, on the Debian machine (network needed, once):
 #   bash tools/bench/fetch_gpu_deps.sh                                  # .devbuild/ (h5py wheel)
-#   .venv/bin/python tools/bench/trainer_bench.py --make-media bench-data/trainer   # 8 clips, 60 KB
+#   .venv/bin/python tools/bench/trainer_bench.py --make-media bench-data/trainer   # 8 clips, 100 KB
 # Then on the GPU machine, from the repository root (the working tree, .devbuild/ and
-# bench-data/trainer/ copied there; about 3 min of build and 4-5 of measurements):
-#   bash tools/bench/run_gpu_trainer_bench.sh
-# If one call's 600 s are too short, build first (STAGES=build), then STAGES=bench on the
-# still-warm machine. Extra arguments go to trainer_bench.py (also BENCH_ARGS), e.g.
+# bench-data/trainer/ copied there). A cold build takes about 3 min and the measurements 5-6,
+# so with a 600 s limit per command use two calls on the same warm machine:
+#   STAGES=build bash tools/bench/run_gpu_trainer_bench.sh
+#   STAGES=bench bash tools/bench/run_gpu_trainer_bench.sh
+# (one call, `bash tools/bench/run_gpu_trainer_bench.sh`, does both). Extra arguments go to
+# trainer_bench.py (also BENCH_ARGS), e.g.
 #   bash tools/bench/run_gpu_trainer_bench.sh --samples 100000 --ways c,c2
 #
 # Exit code: 1 when the build or any step of the benchmark failed.

@@ -92,6 +92,10 @@ def log(msg: str) -> None:
 def make_media(dest: Path, clips: int = 8) -> Path:
     """`clips` clips of 1 s, 64x64 H.264 at 8 fps with an AAC sine track, by the ffmpeg CLI
     (not on the GPU machine: make them on the Debian machine with --make-media and carry)."""
+    if shutil.which("ffmpeg") is None:
+        raise RuntimeError("no ffmpeg CLI on this machine: make the clips where there is one "
+                           "(trainer_bench.py --make-media bench-data/trainer), carry them and "
+                           "pass --media bench-data/trainer")
     dest.mkdir(parents=True, exist_ok=True)
     sources = ["testsrc2", "smptebars", "rgbtestsrc", "testsrc", "yuvtestsrc", "pal75bars",
                "smptehdbars", "color=c=red"]
@@ -539,6 +543,31 @@ def bench_reader(out: Path, args) -> dict:
     return res
 
 
+def bench_example(shards: Path, args) -> dict:
+    """examples/train_fusion.py itself on the output, as a user runs it (its own process, on
+    --device, AMP on CUDA, --example-workers workers): samples/s of its epochs after the first
+    (the median), the reader and the head together."""
+    metrics = Path(args.out) / "train_fusion_metrics.json"
+    cmd = [sys.executable, str(ROOT / "examples" / "train_fusion.py"), str(shards),
+           "--device", args.device, "--epochs", str(args.example_epochs),
+           "--batch-size", str(args.example_batch), "--workers", str(args.example_workers),
+           "--metrics", str(metrics)]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    (Path(args.out) / "train_fusion.log").write_text(p.stdout + p.stderr)
+    if p.returncode != 0:
+        raise RuntimeError(f"train_fusion.py exit {p.returncode}:\n{p.stderr[-3000:]}")
+    m = json.loads(metrics.read_text())
+    rates = [e["samples_per_s"] for e in m["epochs"][1:]] or [m["epochs"][0]["samples_per_s"]]
+    res = {"cmd": " ".join(cmd), "wall_s": time.perf_counter() - t, "amp": m["amp"],
+           "losses": [e["loss"] for e in m["epochs"]], "epoch_rates": rates,
+           "samples_per_s": statistics.median(rates)}
+    log(f"examples/train_fusion.py: {res['samples_per_s']:,.0f} samples/s (batch "
+        f"{args.example_batch}, {args.example_workers} workers, amp {m['amp']}), losses "
+        f"{', '.join(f'{x:.3f}' for x in res['losses'])}")
+    return res
+
+
 # ------------------------------------------------------------------------------------------------
 # Report
 # ------------------------------------------------------------------------------------------------
@@ -563,6 +592,11 @@ def report(res: dict) -> str:
         t = w.get("throughput", {})
         lines.append(f"| {w['name']} | {largest} | {fmt(t.get('samples_per_s'))} "
                      f"(batch {t.get('batch', '-')}) | {fmt(t.get('peak_allocated_gib'), 1)} GiB |")
+    if res.get("example"):
+        e = res["example"]
+        lines += ["", f"examples/train_fusion.py end to end (batch {res['args']['example_batch']},"
+                  f" {res['args']['example_workers']} workers, contrastive, AMP {e['amp']}): "
+                  f"{fmt(e['samples_per_s'])} samples/s"]
     if res.get("reader"):
         ws = res["args"]["workers"]
         lines += ["", "| reader samples/s | " + " | ".join(f"{w} workers" for w in ws) + " |",
@@ -614,9 +648,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="CPU smoke test at tiny sizes")
     p.add_argument("--device", help="default: cuda (cpu with --quick)")
     p.add_argument("--samples", type=int, help="samples to generate (default 40,000; quick 300)")
-    p.add_argument("--shard-size", type=int, default=4096)
+    p.add_argument("--shard-size", type=int, help="samples per shard (4,096; quick 128)")
     p.add_argument("--memory-gib", type=float, default=24.0, help="per-process GPU memory cap")
-    p.add_argument("--ways", default="a,b,c,c2")
+    p.add_argument("--ways", default="a,b,c,c2", help="which ways to train (none: '')")
     p.add_argument("--frames", type=int, help="frames per sample in the loop (8; quick 1)")
     p.add_argument("--image", type=int, help="frame size in the loop (224; quick 64)")
     p.add_argument("--tokens", type=int, help="caption tokens in the loop (64; quick 8)")
@@ -628,9 +662,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, help="seconds per timed run (3; quick 0.1)")
     p.add_argument("--runs", type=int, help="timed runs, median taken (3; quick 1)")
     p.add_argument("--workers", help="reader worker counts (0,4,8,16; quick 0,2)")
-    p.add_argument("--reader-batch", type=int, default=1024)
+    p.add_argument("--reader-batch", type=int, help="reader batch size (1,024; quick 64)")
     p.add_argument("--reader-seconds", type=float, help="seconds per reader run (3; quick 0.5)")
     p.add_argument("--no-reader", action="store_true")
+    p.add_argument("--no-example", action="store_true", help="skip examples/train_fusion.py")
+    p.add_argument("--example-batch", type=int, help="train_fusion.py batch (4,096; quick 64)")
+    p.add_argument("--example-workers", type=int, help="train_fusion.py workers (8; quick 2)")
+    p.add_argument("--example-epochs", type=int, default=3)
     p.add_argument("--precompute-timeout", type=int, default=300)
     a = p.parse_args(argv)
     q = a.quick
@@ -646,9 +684,14 @@ def parse_args(argv=None) -> argparse.Namespace:
             setattr(a, k, v)
     a.workers = [int(w) for w in str(a.workers).split(",")]
     a.ways = [w for w in a.ways.split(",") if w]
-    if q:
-        a.reader_batch = min(a.reader_batch, 64)
-        a.shard_size = min(a.shard_size, 128)
+    if a.example_batch is None:
+        a.example_batch = 64 if q else 4096
+    if a.example_workers is None:
+        a.example_workers = 2 if q else 8
+    if a.reader_batch is None:
+        a.reader_batch = 64 if q else 1024
+    if a.shard_size is None:
+        a.shard_size = 128 if q else 4096
     return a
 
 
@@ -703,6 +746,15 @@ def main(argv=None) -> int:
                                         "met": min(r8.values()) >= 50000}
         except Exception:
             res["errors"].append("reader: " + traceback.format_exc().splitlines()[-1])
+            log(traceback.format_exc())
+        save()
+
+    # The example in its own process, before this one holds GPU memory.
+    if not args.no_example:
+        try:
+            res["example"] = bench_example(shards, args)
+        except Exception:
+            res["errors"].append("example: " + traceback.format_exc().splitlines()[-1])
             log(traceback.format_exc())
         save()
 
