@@ -9,14 +9,23 @@ when pickled. Opening is cheap (about a millisecond) and happens once per shard 
 most `max_open_files` stay open (least recently used closed first).
 
 Note [Coalesced reads]: every h5py read has a fixed cost (tens of microseconds) whatever its
-size, so rows wanted together are sorted by shard and row, and rows no more than
-`coalesce_gap` apart are read as one slice, then picked out in memory.
+size, so rows wanted together are sorted by shard and row. A shard's small per-row arrays (ids,
+seq, presence flags, per-step offsets) are read whole once per process and kept. Pooled vectors
+are read as one slice from the first to the last wanted row of a shard (up to `slice_bytes`,
+32 MiB): HDF5 reads and checksums whole chunks (256 rows) anyway, and a random batch touches
+most chunks of each shard, so one call that copies some rows too many beats one call per row run
+(h5py's point selections were slower still). Longer spans, and per-step values, whose rows differ
+in length, are read as slices over runs of rows no more than `coalesce_gap` apart, then picked
+out in memory. Measured on the GPU machine (docs/benchmarks.md, "Training from the shards"): random
+batches of 1,024 went from one read per run of rows and array (6,699 samples/s with 8 workers)
+to this.
 """
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import h5py
@@ -33,7 +42,8 @@ class ShardReader:
     thread per process; picklable (handles are reopened after unpickling)."""
 
     def __init__(self, index: OutputIndex, modalities: Optional[Sequence[str]] = None,
-                 coalesce_gap: int = 32, max_open_files: int = 128) -> None:
+                 coalesce_gap: int = 32, max_open_files: int = 128,
+                 slice_bytes: int = 32 << 20) -> None:
         self.index = index
         names = list(index.modalities) if modalities is None else list(modalities)
         unknown = [m for m in names if m not in index.modalities]
@@ -42,13 +52,16 @@ class ShardReader:
                              f"{sorted(index.modalities)}")
         self.modalities: List[ModalityInfo] = [index.modalities[m] for m in names]
         self.coalesce_gap = coalesce_gap
+        self.slice_bytes = slice_bytes
         self.max_open_files = max_open_files
         self._files: "OrderedDict[int, h5py.File]" = OrderedDict()
+        self._rows: Dict[int, _ShardRows] = {}
         self._pid = os.getpid()
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_files"] = OrderedDict()
+        state["_rows"] = {}
         state["_pid"] = -1
         return state
 
@@ -57,13 +70,16 @@ class ShardReader:
         if self._pid != os.getpid():
             # Inherited through fork: forget, never read through, the parent's handles.
             self._files = OrderedDict()
+            self._rows = {}
             self._pid = os.getpid()
         f = self._files.get(k)
         if f is None:
             f = open_shard(self.index.shards[k], self.index.config_fingerprint)
             self._files[k] = f
             while len(self._files) > self.max_open_files:
-                self._files.popitem(last=False)[1].close()
+                closed, handle = self._files.popitem(last=False)
+                handle.close()
+                self._rows.pop(closed, None)
         else:
             self._files.move_to_end(k)
         return f
@@ -74,6 +90,21 @@ class ShardReader:
             for f in self._files.values():
                 f.close()
         self._files = OrderedDict()
+        self._rows = {}
+
+    def _shard_rows(self, k: int, f: h5py.File) -> "_ShardRows":
+        """The per-row arrays of shard k, read whole once per process (they are small: about
+        30 bytes a sample and modality)."""
+        cached = self._rows.get(k)
+        if cached is None:
+            cached = _ShardRows(
+                ids=f["ids"].asstr()[:],
+                seq=f["seq"][:],
+                present={m.name: f[m.name]["present"][:].astype(bool) for m in self.modalities},
+                offsets={m.name: f[m.name]["offsets"][:] for m in self.modalities
+                         if m.layout != "pooled"})
+            self._rows[k] = cached
+        return cached
 
     def read(self, shards: np.ndarray, rows: np.ndarray) -> List[Item]:
         """Items of the samples (shards[i], rows[i]), in the order given
@@ -96,8 +127,7 @@ class ShardReader:
         """Items of ascending `rows` of shard k."""
         f = self._file(k)
         try:
-            return [item for lo, hi, wanted in self._runs(rows)
-                    for item in self._read_run(f, k, lo, hi, wanted)]
+            return self._read_rows(f, k, rows)
         except OSError as e:  # Fletcher-32 mismatch, truncated data, I/O error
             path = self.index.shards[k].path
             raise DamagedShardError(path, f"reading shard {path} failed ({e}): it is "
@@ -114,27 +144,51 @@ class ShardReader:
                 start = i
         return runs
 
-    def _read_run(self, f: h5py.File, k: int, lo: int, hi: int,
-                  wanted: np.ndarray) -> List[Item]:
-        ids = f["ids"].asstr()[lo:hi]
-        seq = f["seq"][lo:hi]
-        items: List[Item] = [{"id": str(ids[r]), "seq": int(seq[r])} for r in wanted]
+    def _read_rows(self, f: h5py.File, k: int, rows: np.ndarray) -> List[Item]:
+        meta = self._shard_rows(k, f)
+        items: List[Item] = [{"id": str(meta.ids[r]), "seq": int(meta.seq[r])} for r in rows]
         for m in self.modalities:
             g = f[m.name]
-            present = g["present"][lo:hi]
+            present = meta.present[m.name]
             if m.layout == "pooled":
-                vectors = g["embeddings"][lo:hi]
-                for item, r in zip(items, wanted):
-                    item[m.name] = {"embedding": vectors[r], "present": bool(present[r])}
+                vectors = g["embeddings"]
+                lo, hi = int(rows[0]), int(rows[-1]) + 1
+                if (hi - lo) * vectors.dtype.itemsize * m.dim <= self.slice_bytes:
+                    # One slice over every wanted row: HDF5 reads each chunk in it once.
+                    block = vectors[lo:hi]
+                    for item, r in zip(items, rows):
+                        item[m.name] = {"embedding": block[r - lo], "present": bool(present[r])}
+                    continue
+                at = 0
+                for run_lo, run_hi, wanted in self._runs(rows):
+                    block = vectors[run_lo:run_hi]
+                    for r in wanted:
+                        items[at][m.name] = {"embedding": block[r],
+                                             "present": bool(present[run_lo + r])}
+                        at += 1
                 continue
-            offsets = g["offsets"][lo:hi + 1]
-            base = int(offsets[0])
-            values = g["values"][base:int(offsets[-1])]
-            times = g["timestamps"][base:int(offsets[-1])] if "timestamps" in g else None
-            for item, r in zip(items, wanted):
-                a, b = int(offsets[r]) - base, int(offsets[r + 1]) - base
-                entry = {"values": values[a:b], "present": bool(present[r])}
-                if times is not None:
-                    entry["timestamps"] = times[a:b]
-                item[m.name] = entry
+            offsets = meta.offsets[m.name]
+            has_times = "timestamps" in g
+            at = 0
+            for lo, hi, wanted in self._runs(rows):
+                base, end = int(offsets[lo]), int(offsets[hi])
+                values = g["values"][base:end]
+                times = g["timestamps"][base:end] if has_times else None
+                for r in wanted + lo:
+                    a, b = int(offsets[r]) - base, int(offsets[r + 1]) - base
+                    entry = {"values": values[a:b], "present": bool(present[r])}
+                    if times is not None:
+                        entry["timestamps"] = times[a:b]
+                    items[at][m.name] = entry
+                    at += 1
         return items
+
+
+@dataclass
+class _ShardRows:
+    """A shard's per-row arrays, kept per process by ShardReader."""
+
+    ids: np.ndarray
+    seq: np.ndarray
+    present: Dict[str, np.ndarray]
+    offsets: Dict[str, np.ndarray]

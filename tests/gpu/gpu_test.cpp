@@ -231,7 +231,8 @@ class VideoEncoderGpuTest : public ::testing::Test {
   void TearDown() override {
     encoder_.reset();
     // Not std::filesystem::remove_all: on the GPU machine this binary binds it to LibTorch's
-    // broken copy (Note [LibTorch exports std::filesystem] in cmake/PrecomputeCompilerOptions.cmake).
+    // copy, which crashes (Note [LibTorch exports std::filesystem] in
+    // cmake/PrecomputeCompilerOptions.cmake).
     if (!dir_.empty()) {
       std::remove((dir_ / "frames.pt").c_str());
       ::rmdir(dir_.c_str());

@@ -269,5 +269,11 @@ echo "$ldd_out" | grep -E 'libav|libsw|tbb|utf8proc|libtorch\.so|libc10_cuda|hdf
 bad=$(echo "$ldd_out" | grep -E 'libav|libsw|tbb|utf8proc' | grep -vE "=> ($ff_prefix|$deps)/" || true)
 [ -z "$bad" ] || die "these load from outside the prefixes:"$'\n'"$bad"
 "$binary" --help >/dev/null || die "$binary --help failed"
+# Note [LibTorch exports std::filesystem] in cmake/PrecomputeCompilerOptions.cmake.
+torch_bound=$(LD_BIND_NOW=1 LD_DEBUG=bindings "$binary" --version 2>&1 |
+  grep "binding file $binary .*filesystem" | grep -c "libtorch" || true)
+# Not fatal yet: on the GPU machine the binary still binds 31 of them there (see the Note).
+say "  std::filesystem symbols of $binary bound to LibTorch's copies: $torch_bound (first" \
+  "DT_NEEDED: $(readelf -d "$binary" | grep -m1 NEEDED | awk '{print $5}'))"
 say "4. built $binary: $((SECONDS - t0)) s"
 say "done in $((SECONDS - started)) s; before running it: . $env_file"

@@ -762,7 +762,9 @@ def main(argv=None) -> int:
         res["device_name"] = torch.cuda.get_device_name(device)
         total = torch.cuda.get_device_properties(device).total_memory
         fraction = min(1.0, args.memory_gib * GIB / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        # It wants an index: torch.device("cuda") has none.
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
         res.update({"memory_cap_gib": args.memory_gib, "memory_fraction": fraction,
                     "device_total_gib": total / GIB})
         log(f"GPU memory capped at {args.memory_gib} GiB ({fraction:.4f} of {total / GIB:.1f} GiB)")
