@@ -119,6 +119,11 @@ class ShardReader:
         ids = f["ids"].asstr()[lo:hi]
         seq = f["seq"][lo:hi]
         items: List[Item] = [{"id": str(ids[r]), "seq": int(seq[r])} for r in wanted]
+        if self.index.columns:
+            # Kept manifest columns (output.keep_columns), as str.
+            kept = {name: f["columns"][name].asstr()[lo:hi] for name in self.index.columns}
+            for item, r in zip(items, wanted):
+                item["columns"] = {name: str(values[r]) for name, values in kept.items()}
         for m in self.modalities:
             g = f[m.name]
             present = g["present"][lo:hi]
