@@ -296,3 +296,20 @@ def test_a_redone_shard_is_byte_identical_and_retry_failed_keeps_the_columns(bin
         assert [columns[name][i] for name in KEEP] == EXPECTED[sample_id], sample_id
     with h5py.File(copy / "dataset.h5", "r") as f:
         assert list(f["columns/split"].asstr()[:]) == columns["split"]
+
+
+def test_names_that_are_not_utf8_are_refused_from_the_file_and_the_flag(binary, probes,
+                                                                        minilm_folder, tmp_path):
+    import subprocess
+    manifest = write_manifest(tmp_path / "m.jsonl", [{"id": "a", "text": "x", "label": "cat"}])
+    config = config_for(manifest, tmp_path / "out", probes, minilm_folder, ["label"])
+    del config["audio"]
+    text = json.dumps(config).replace('["label"]', '["caf\\u00e9"]').encode()
+    (tmp_path / "raw.yaml").write_bytes(text.replace("\\u00e9".encode(), b"\xe9"))
+    for cmd in ([str(binary), "run", "--config", str(tmp_path / "raw.yaml")],
+                [str(binary), "run", "--config", str(tmp_path / "raw.yaml"), "--keep-columns",
+                 b"a\xffb".decode("utf-8", "surrogateescape")]):
+        result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert result.returncode == 2, result.stderr
+        assert b"not valid UTF-8" in result.stderr and b"output.keep_columns[0]" in result.stderr
+    assert not (tmp_path / "out").exists()
