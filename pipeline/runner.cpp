@@ -293,7 +293,13 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   } else {
     previous = output.folder.load_previous_run(
         [&](int64_t seq) { return input.id_at(seq); },
-        [&](int64_t first, int64_t count) { return input.range_identity(first, count); });
+        [&](int64_t first, int64_t count, const std::vector<std::string>& kept_columns) {
+          // Another list of kept columns: not this input's identity to judge; the settings
+          // check below refuses the run (Note [Kept columns]).
+          return kept_columns == config.output.keep_columns.names
+                     ? input.range_identity(first, count)
+                     : std::string();
+        });
     if (previous && !output.earlier) {
       // Rebuilt from the shards (the index on disk was damaged or gone): not checked above.
       check_same_input(*previous, input.samples, config.output.keep_columns.names,

@@ -313,3 +313,26 @@ def test_names_that_are_not_utf8_are_refused_from_the_file_and_the_flag(binary, 
         assert result.returncode == 2, result.stderr
         assert b"not valid UTF-8" in result.stderr and b"output.keep_columns[0]" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_index_and_another_list_keeps_the_shards_and_refuses(binary, made, tmp_path):
+    """With index.json gone the index is rebuilt from the shards; a shard whose kept columns
+    are not this run's is not taken for one of an edited input (and deleted): the run is
+    refused naming output.keep_columns, and the shards are still there for the earlier list."""
+    _, _, out, config = made
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    (copy / "index.json").unlink()
+    shards = sorted(p.name for p in copy.glob("shard-*.h5"))
+    changed = json.loads(json.dumps(config))
+    changed["output"]["path"] = str(copy)
+    changed["output"]["keep_columns"] = ["label"]
+    result = run_precompute(binary, tmp_path, changed, expect=2)
+    assert "output.keep_columns: " in result.stderr, result.stderr
+    assert sorted(p.name for p in copy.glob("shard-*.h5")) == shards
+    # The earlier list resumes it: every shard kept, nothing redone.
+    result = run_precompute(binary, tmp_path, json.loads(json.dumps(config)) | {
+        "output": config["output"] | {"path": str(copy)}})
+    assert sorted(p.name for p in copy.glob("shard-*.h5")) == shards
+    ids, columns = shard_columns(copy)
+    assert ids == list(EXPECTED)
