@@ -77,6 +77,9 @@ std::string input_identity(const std::vector<SampleSpec>& samples, int64_t first
     field(s.video ? "v" + s.video->string() : std::string());
     field(s.audio ? "a" + s.audio->string() : std::string());
     field(s.text ? "t" + *s.text : std::string());
+    // Kept columns' values (Note [Kept columns]); none without output.keep_columns, so the
+    // identity of an input without them is what it was before they existed.
+    for (const auto& value : s.columns) field("c" + value);
   }
   return hash.hex_digest();
 }
@@ -123,7 +126,18 @@ void check_same_settings(const ShardMeta& previous, const ShardMeta& current,
 }
 
 void check_same_input(const OutputIndex& previous, const std::vector<SampleSpec>& samples,
+                      const std::vector<std::string>& keep_columns,
                       const std::filesystem::path& output) {
+  // The kept columns' values are part of the input's identity: another list would read as an
+  // edited input below, so it is named for what it is first.
+  if (previous.meta.kept_columns != keep_columns) {
+    const auto listed = [](const std::vector<std::string>& names) { return Json(names).dump(); };
+    PC_THROW(ConfigError, "output folder ", output,
+             " holds a run made with other settings; what changed:\n  - output.keep_columns: ",
+             listed(previous.meta.kept_columns), " before, ", listed(keep_columns),
+             " now\nRerun with the earlier settings to resume it, pass --overwrite to start "
+             "over, or choose another --output");
+  }
   if (previous.input_samples < 0) return;  // rebuilt index: ids were checked shard by shard
   const auto before = static_cast<size_t>(previous.input_samples);
   PC_CHECK(samples.size() >= before, ConfigError, "output folder ", output, " holds a run over ",
@@ -132,7 +146,8 @@ void check_same_input(const OutputIndex& previous, const std::vector<SampleSpec>
            "--overwrite to start over, or another --output");
   PC_CHECK(input_identity(samples, before) == previous.input_sha256, ConfigError,
            "the input changed since the run in ", output, ": its first ", before,
-           " samples (ids, paths or texts) are not the ones processed before; samples may "
+           " samples (ids, paths, texts or kept columns' values) are not the ones processed "
+           "before; samples may "
            "only be appended. Use the earlier input to resume, --overwrite to start over, or "
            "another --output");
   if (samples.size() > before) {

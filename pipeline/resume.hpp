@@ -15,7 +15,8 @@
 
 namespace precompute {
 
-// SHA-256 over the first `count` samples of the input: ids, paths and texts, in order.
+// SHA-256 over the first `count` samples of the input: ids, paths, texts and kept columns'
+// values, in order.
 std::string input_identity(const std::vector<SampleSpec>& samples, size_t count);
 // The same over the samples [first, first + count), stored in each shard; "" when the range
 // reaches past the input.
@@ -30,7 +31,9 @@ void check_same_settings(const ShardMeta& previous, const ShardMeta& current,
 
 // Throws ConfigError when the input is not the earlier run's input, or that input with samples
 // appended. Logs what grew.
+// Also refuses another output.keep_columns (`keep_columns`) than the earlier run's.
 void check_same_input(const OutputIndex& previous, const std::vector<SampleSpec>& samples,
+                      const std::vector<std::string>& keep_columns,
                       const std::filesystem::path& output);
 
 struct RunPlan {

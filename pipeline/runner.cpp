@@ -131,6 +131,7 @@ ShardMeta make_meta(const Config& config, const EncoderPools& pools) {
   meta.dtype = config.output.dtype;
   meta.chunk_rows = config.output.chunk_rows;
   meta.config_json = full_config_json(config);
+  meta.kept_columns = config.output.keep_columns.names;
   Sha256 fingerprint;
   fingerprint.update(semantic_config_json(config));
   for (Modality m : kAllModalities) {
@@ -201,11 +202,16 @@ struct Input {
   std::string range_identity(int64_t first, int64_t count) const {
     return input_identity(samples, first, count);
   }
+  // The kept columns' values at a position, stored next to its embeddings.
+  std::vector<std::string> columns_at(int64_t seq) const {
+    return samples[static_cast<size_t>(seq)].columns;
+  }
 };
 
 Input read_checked_input(const Config& config) {
   Input input;
-  input.samples = read_input(config.input.manifest, config.input.folder);
+  input.samples =
+      read_input(config.input.manifest, config.input.folder, config.output.keep_columns.names);
   input.path = config.input.manifest.empty() ? config.input.folder : config.input.manifest;
   spdlog::info("input: {} samples from {}", input.samples.size(), input.path.string());
   check_usable_input(input.samples, config, input.path);
@@ -227,7 +233,10 @@ Output open_output(const Config& config, const RunContext& context, const Input&
                 config.output.overwrite && !context.overwrite_done, std::nullopt};
   if (!output.overwrite) {
     output.earlier = output.folder.peek_previous_run();
-    if (output.earlier) check_same_input(*output.earlier, input.samples, config.output.path);
+    if (output.earlier) {
+      check_same_input(*output.earlier, input.samples, config.output.keep_columns.names,
+                       config.output.path);
+    }
   }
   return output;
 }
@@ -284,10 +293,17 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   } else {
     previous = output.folder.load_previous_run(
         [&](int64_t seq) { return input.id_at(seq); },
-        [&](int64_t first, int64_t count) { return input.range_identity(first, count); });
+        [&](int64_t first, int64_t count, const std::vector<std::string>& kept_columns) {
+          // Another list of kept columns: not this input's identity to judge; the settings
+          // check below refuses the run (Note [Kept columns]).
+          return kept_columns == config.output.keep_columns.names
+                     ? input.range_identity(first, count)
+                     : std::string();
+        });
     if (previous && !output.earlier) {
       // Rebuilt from the shards (the index on disk was damaged or gone): not checked above.
-      check_same_input(*previous, input.samples, config.output.path);
+      check_same_input(*previous, input.samples, config.output.keep_columns.names,
+                       config.output.path);
       check_same_settings(previous->meta, index.meta, semantic_config_json(config),
                           config.output.path);
     }
@@ -422,7 +438,8 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
   ShardAssembler assembler(committer, planned.plan.shards, stats,
                            [&](int64_t first, int64_t count) {
                              return input.range_identity(first, count);
-                           });
+                           },
+                           [&](int64_t seq) { return input.columns_at(seq); });
   for (auto& kept : planned.plan.kept) assembler.preload(std::move(kept));
   const ProgressContext progress_context{Clock::now(), gpu_devices(calibrated.pools)};
   {

@@ -124,6 +124,17 @@ class ViewBuilder {
       for (const auto& entry : index.shards) samples.push_back({entry.file, entry.num_samples});
       add_virtual(root.get(), schema::kIdsDataset, string_type_.get(), 0, samples);
       add_virtual(root.get(), schema::kSeqDataset, H5T_STD_I64LE, 0, samples);
+      if (!index.meta.kept_columns.empty()) {
+        // The kept columns map like /ids: variable-length strings, one row per sample.
+        H5Handle properties = creation_properties(H5P_GROUP_CREATE);
+        H5Handle group = h5_own(H5Gcreate2(root.get(), schema::kColumnsGroup, H5P_DEFAULT,
+                                           properties.get(), H5P_DEFAULT),
+                                "H5Gcreate2 columns", target_);
+        for (const auto& name : index.meta.kept_columns) {
+          add_virtual(group.get(), std::string(schema::kColumnsGroup) + "/" + name,
+                      string_type_.get(), 0, samples);
+        }
+      }
 
       const hid_t embedding_type =
           index.meta.dtype == StorageDtype::kFloat16 ? float16_type_.get() : H5T_IEEE_F32LE;
@@ -199,7 +210,10 @@ class ViewBuilder {
     H5Handle space = h5_own(H5Screate_simple(rank, dims, nullptr), operation, target_);
     H5Handle properties = creation_properties(H5P_DATASET_CREATE);
     h5_check(H5Pset_layout(properties.get(), H5D_VIRTUAL), operation, target_);
-    const std::string source_dataset = "/" + path;
+    // H5Pset_virtual reads '%' in a source name as the start of a pattern ("%b"); "%%" is a
+    // '%' (a kept column may be named "50%").
+    std::string source_dataset = "/";
+    for (const char ch : path) source_dataset += ch == '%' ? std::string("%%") : std::string(1, ch);
     hsize_t offset = 0;
     for (const auto& part : parts) {
       if (part.rows == 0) continue;

@@ -120,10 +120,13 @@ std::optional<OutputIndex> rebuild_index(const fs::path& dir, const std::vector<
                  "' at position ", sample.seq, ", where the input has ",
                  expected ? "'" + std::string(*expected) + "'" : std::string("nothing"));
       }
-      if (!c.input_sha256.empty()) {
-        PC_CHECK(c.input_sha256 == range_identity(c.first_seq, c.seq_count), StorageError,
+      const std::string identity =
+          c.input_sha256.empty() ? std::string()
+                                 : range_identity(c.first_seq, c.seq_count, shard.meta.kept_columns);
+      if (!identity.empty()) {
+        PC_CHECK(c.input_sha256 == identity, StorageError,
                  "the input of its positions [", c.first_seq, ", ", c.first_seq + c.seq_count,
-                 ") changed since it was written (an id, path or caption)");
+                 ") changed since it was written (an id, path, caption or kept column value)");
       }
       PC_CHECK(used_indexes.insert(c.shard_index).second, StorageError, "its shard index ",
                c.shard_index, " is used twice");

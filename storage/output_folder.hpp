@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "storage/output_index.hpp"
 
@@ -58,9 +59,13 @@ class OutputFolder {
   // A shard that records the identity of its input range (ShardContents::input_sha256) must
   // also match `range_identity(first_seq, seq_count)`, so that a rebuilt index never keeps a
   // shard of a caption or path edited since; a bit flipped in its data fails HDF5's checksum as
-  // the shard is read, and the shard is redone too.
+  // the shard is read, and the shard is redone too. `kept_columns` are the shard's (its
+  // output.keep_columns): the identity covers their values, so a range_identity that cannot
+  // compute it for those columns (another list than the run's) returns "", and the shard is
+  // kept for the settings check to refuse the run, not deleted as if its input had changed.
   using IdAt = std::function<std::optional<std::string_view>(int64_t seq)>;
-  using RangeIdentity = std::function<std::string(int64_t first_seq, int64_t seq_count)>;
+  using RangeIdentity = std::function<std::string(
+      int64_t first_seq, int64_t seq_count, const std::vector<std::string>& kept_columns)>;
   std::optional<OutputIndex> load_previous_run(const IdAt& id_at,
                                                const RangeIdentity& range_identity) const;
 

@@ -84,6 +84,25 @@ std::string records_checksum(const OutputIndex& index) {
   return hash.hex_digest();
 }
 
+}  // namespace
+
+std::vector<std::string> kept_columns_of_config(const std::string& config_json) {
+  const Json config = Json::parse(config_json.empty() ? "{}" : config_json, nullptr,
+                                  /*allow_exceptions=*/false);
+  std::vector<std::string> names;
+  if (!config.is_object() || !config.contains("output")) return names;
+  const Json& output = config.at("output");
+  if (!output.is_object() || !output.contains("keep_columns")) return names;
+  const Json& list = output.at("keep_columns");
+  if (!list.is_array()) return names;
+  for (const auto& name : list) {
+    if (name.is_string()) names.push_back(name.get<std::string>());
+  }
+  return names;
+}
+
+namespace {
+
 Json index_to_json(const OutputIndex& index) {
   const ShardMeta& meta = index.meta;
   Json modalities = Json::object();
@@ -253,6 +272,7 @@ OutputIndex IndexParser::parse(const std::string& text) {
   meta.config_fingerprint = string_field(root, "", "config_fingerprint");
   if (!root.contains("config")) damaged("'config' is missing");
   meta.config_json = json_text(root.at("config"));
+  meta.kept_columns = kept_columns_of_config(meta.config_json);
   const std::string dtype = string_field(root, "", "storage_dtype");
   const auto parsed_dtype = shard_schema::parse_storage_dtype(dtype);
   if (!parsed_dtype) damaged(detail::concat("'storage_dtype' is '", dtype, "'"));

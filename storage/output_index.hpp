@@ -60,6 +60,10 @@ std::string committed_shard_problem(const std::filesystem::path& output_dir,
 // Writes `index` to DIR/index.json atomically, with a checksum over the records it holds so
 // that a damaged file is detected even where it still parses. Throws StorageError.
 void write_index(const std::filesystem::path& output_dir, const OutputIndex& index);
+
+// output.keep_columns of a recorded config (full_config_json(), as index.json and every shard
+// keep it); empty when it names none or cannot be parsed.
+std::vector<std::string> kept_columns_of_config(const std::string& config_json);
 // Reads DIR/index.json; std::nullopt when there is none. Throws StorageError when it is damaged
 // (not JSON, a field missing or of the wrong type, ranges out of order, checksum mismatch).
 std::optional<OutputIndex> read_index(const std::filesystem::path& output_dir);

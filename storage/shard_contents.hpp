@@ -35,6 +35,9 @@ struct ShardMeta {
   StorageDtype dtype = StorageDtype::kFloat16;
   int chunk_rows = 256;
   std::array<std::optional<ModalitySchema>, kNumModalities> modalities;  // unset: not computed
+  // output.keep_columns: each a string dataset /columns/<name>; empty: no /columns group. Read
+  // back from the recorded config (kept_columns_of_config() in output_index.hpp).
+  std::vector<std::string> kept_columns;
 };
 
 // One sample that has at least one embedding.
@@ -43,6 +46,9 @@ struct ShardSample {
   std::string id;
   // One entry per modality; unset when the sample has no such input or its embedding failed.
   std::array<std::optional<SampleEmbedding>, kNumModalities> embeddings;
+  // Its values of ShardMeta::kept_columns, in that order (the writer checks the count). Not
+  // filled by read_shard(): the run takes them from the input again.
+  std::vector<std::string> columns;
 };
 
 // The samples of manifest positions [first_seq, first_seq + seq_count).

@@ -11,6 +11,7 @@
 #include "pipeline/core/error.hpp"
 #include "storage/float16.hpp"
 #include "storage/h5_handle.hpp"
+#include "storage/output_index.hpp"
 #include "storage/shard_schema.hpp"
 
 namespace precompute {
@@ -158,6 +159,7 @@ void ShardFileReader::read_root_attributes(ShardFile& shard) {
   meta.tool_version = read_string_attribute("/", schema::kToolVersionAttr);
   meta.config_fingerprint = read_string_attribute("/", schema::kConfigFingerprintAttr);
   meta.config_json = read_string_attribute("/", schema::kConfigAttr);
+  meta.kept_columns = kept_columns_of_config(meta.config_json);
   const std::string dtype = read_string_attribute("/", schema::kStorageDtypeAttr);
   const auto parsed_dtype = schema::parse_storage_dtype(dtype);
   if (!parsed_dtype) damaged(detail::concat("unknown storage_dtype '", dtype, "'"));

@@ -20,7 +20,7 @@ namespace schema = shard_schema;
 using std::filesystem::path;
 
 // What a dataset's rows are kept as, beyond being read.
-enum class Keep { kNothing, kIds, kSeqs, kFailureIds, kFailureSeqs, kPresent };
+enum class Keep { kNothing, kIds, kSeqs, kFailureIds, kFailureSeqs, kPresent, kColumn };
 
 // The names of the objects below a group (H5Lvisit's callback cannot throw: names are collected
 // first and opened afterwards).
@@ -145,6 +145,10 @@ class ShardScanner {
     const std::string failures = detail::concat("/", schema::kFailuresGroup, "/");
     if (object_path == failures + schema::kFailureIdDataset) return Keep::kFailureIds;
     if (object_path == failures + schema::kFailureSeqDataset) return Keep::kFailureSeqs;
+    const std::string columns = detail::concat("/", schema::kColumnsGroup, "/");
+    if (object_path.starts_with(columns) && object_path.size() > columns.size()) {
+      return Keep::kColumn;
+    }
     for (Modality m : kAllModalities) {
       if (object_path == detail::concat("/", modality_name(m), "/", schema::kPresentDataset)) {
         present_modality_ = m;
@@ -172,8 +176,16 @@ class ShardScanner {
     if (keep == Keep::kSeqs || keep == Keep::kFailureSeqs) memory_type = H5T_NATIVE_INT64;
     if (keep == Keep::kPresent) memory_type = H5T_NATIVE_UINT8;
     const bool variable = type_is_variable(file_type.get(), what);
-    PC_CHECK(!((keep == Keep::kIds || keep == Keep::kFailureIds) && !variable), StorageError,
-             "shard ", file_, " is damaged: ", what, " is not of variable-length strings");
+    PC_CHECK(!((keep == Keep::kIds || keep == Keep::kFailureIds || keep == Keep::kColumn) &&
+               !variable),
+             StorageError, "shard ", file_, " is damaged: ", what,
+             " is not of variable-length strings");
+    if (keep == Keep::kColumn) {
+      PC_CHECK(rank == 1, StorageError, "shard ", file_, " is damaged: ", what, " has ", rank,
+               " dimensions, not 1");
+      scan_.column_rows[object_path.substr(std::string_view("/columns/").size())] =
+          static_cast<int64_t>(dims[0]);
+    }
     const size_t element_size = h5_check(H5Tget_size(memory_type), "H5Tget_size " + what, file_);
 
     size_t row_elements = 1;
@@ -226,6 +238,7 @@ class ShardScanner {
   void keep_block(Keep keep, const std::vector<unsigned char>& buffer, size_t elements) {
     switch (keep) {
       case Keep::kNothing:
+      case Keep::kColumn:
         return;
       case Keep::kIds:
       case Keep::kFailureIds: {

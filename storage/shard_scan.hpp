@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct ShardScan {
   std::vector<int64_t> failure_seqs;              // /failures/seq
   std::vector<std::string> failure_ids;           // /failures/id
   std::array<int64_t, kNumModalities> present{};  // rows of /<modality>/present that are set
+  // Rows of each kept column, /columns/<name> (read end to end like every dataset), by name.
+  std::map<std::string, int64_t> column_rows;
 
   int64_t datasets_read = 0;
   int64_t attributes_read = 0;

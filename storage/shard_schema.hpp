@@ -63,6 +63,10 @@ inline constexpr char kFailureModalityDataset[] = "modality";
 inline constexpr char kFailureCategoryDataset[] = "category";
 inline constexpr char kFailureMessageDataset[] = "message";
 
+// The group of kept manifest columns (output.keep_columns): one variable-length UTF-8 string
+// dataset per column, named as the column, row-aligned with /ids. Absent when none is kept.
+inline constexpr char kColumnsGroup[] = "columns";
+
 // Chunks hold meta.chunk_rows rows, but never more rows than the dataset (small shards stay
 // small) and never more than this many bytes: HDF5's default chunk cache is 1 MiB per dataset,
 // and a chunk larger than the cache is read from disk again for every slice a trainer takes.

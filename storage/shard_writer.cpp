@@ -143,6 +143,21 @@ void validate_contents(const ShardMeta& meta, const ShardContents& contents, con
     }
     PC_CHECK(has_embedding, StorageError, "cannot write ", target, ": sample '", sample.id,
              "' (seq ", sample.seq, ") has no embedding; it belongs in the failure records only");
+    PC_CHECK(sample.columns.size() == meta.kept_columns.size(), StorageError, "cannot write ",
+             target, ": sample '", sample.id, "' (seq ", sample.seq, ") has ",
+             sample.columns.size(), " kept column values, but the run keeps ",
+             meta.kept_columns.size(), " columns");
+    for (size_t k = 0; k < sample.columns.size(); ++k) {
+      check_no_nul(sample.columns[k], target,
+                   detail::concat("kept column '", meta.kept_columns[k], "' of sample '",
+                                  sample.id, "'"));
+    }
+  }
+  for (const auto& name : meta.kept_columns) {
+    check_no_nul(name, target, "a kept column's name");
+    PC_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+             StorageError, "cannot write ", target, ": '", name,
+             "' cannot name a dataset of /columns");
   }
 
   std::pair<int64_t, int> previous_failure{-1, -1};
@@ -239,6 +254,7 @@ class ShardImageBuilder {
   void write_modality(const Group& root, const ModalitySchema& schema,
                       const std::vector<ShardSample>& samples);
   void write_failures(const Group& root, const std::vector<FailureRecord>& failures);
+  void write_kept_columns(const Group& root, const std::vector<ShardSample>& samples);
 
   Group create_group(const Group& parent, std::string_view name);
   void write_attribute(const Group& group, const char* name, std::string_view value);
@@ -248,12 +264,15 @@ class ShardImageBuilder {
     write_dataset(group, name, {values.size(), 0}, H5Type<T>::file(), H5Type<T>::memory(),
                   values.data());
   }
-  void write_strings(const Group& group, const char* name, const std::vector<std::string>& values);
+  // `link_properties`: how the dataset's name is stored (H5P_DEFAULT: ASCII).
+  void write_strings(const Group& group, const char* name, const std::vector<std::string>& values,
+                     hid_t link_properties = H5P_DEFAULT);
   void write_embedding_rows(const Group& group, const char* name, const std::vector<float>& values,
                             int64_t dim);
   // A chunked dataset of `shape` (rows, or rows x columns when columns > 0), growable in rows.
   void write_dataset(const Group& group, const char* name, std::array<hsize_t, 2> shape,
-                     hid_t file_type, hid_t memory_type, const void* data);
+                     hid_t file_type, hid_t memory_type, const void* data,
+                     hid_t link_properties = H5P_DEFAULT);
   H5Handle object_creation_properties(hid_t property_class, std::string_view what);
 
   const ShardMeta& meta_;
@@ -273,6 +292,7 @@ std::string ShardImageBuilder::build(const ShardContents& contents) {
   size_t expected_bytes = size_t{1} << 20;
   for (const ShardSample& sample : contents.samples) {
     expected_bytes += sample.id.size() + 64;
+    for (const auto& value : sample.columns) expected_bytes += value.size() + 32;
     for (const auto& e : sample.embeddings) {
       if (e) expected_bytes += e->values.size() * element_bytes + e->timestamps.size() * 8;
     }
@@ -297,6 +317,7 @@ std::string ShardImageBuilder::build(const ShardContents& contents) {
         if (schema) write_modality(root, *schema, contents.samples);
       }
       write_failures(root, contents.failures);
+      if (!meta_.kept_columns.empty()) write_kept_columns(root, contents.samples);
     }
     h5_check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush (in memory)", target_);
     const ssize_t size =
@@ -382,6 +403,22 @@ void ShardImageBuilder::write_failures(const Group& root,
   write_strings(group, schema::kFailureMessageDataset, messages);
 }
 
+// One string dataset per kept column, /columns/<name>, row-aligned with /ids (Note [Kept
+// columns] in pipeline/input/manifest.cpp). Names are the config's, stored as UTF-8 link names.
+void ShardImageBuilder::write_kept_columns(const Group& root,
+                                           const std::vector<ShardSample>& samples) {
+  const Group group = create_group(root, schema::kColumnsGroup);
+  H5Handle link_properties =
+      h5_own(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate(link creation)", target_);
+  h5_check(H5Pset_char_encoding(link_properties.get(), H5T_CSET_UTF8), "H5Pset_char_encoding",
+           target_);
+  std::vector<std::string> values(samples.size());
+  for (size_t k = 0; k < meta_.kept_columns.size(); ++k) {
+    for (size_t i = 0; i < samples.size(); ++i) values[i] = samples[i].columns[k];
+    write_strings(group, meta_.kept_columns[k].c_str(), values, link_properties.get());
+  }
+}
+
 H5Handle ShardImageBuilder::object_creation_properties(hid_t property_class,
                                                        std::string_view what) {
   H5Handle properties =
@@ -423,12 +460,13 @@ void ShardImageBuilder::write_attribute(const Group& group, const char* name, in
 }
 
 void ShardImageBuilder::write_strings(const Group& group, const char* name,
-                                      const std::vector<std::string>& values) {
+                                      const std::vector<std::string>& values,
+                                      hid_t link_properties) {
   std::vector<const char*> pointers;
   pointers.reserve(values.size());
   for (const std::string& value : values) pointers.push_back(value.c_str());
   write_dataset(group, name, {values.size(), 0}, string_type_.get(), string_type_.get(),
-                pointers.data());
+                pointers.data(), link_properties);
 }
 
 void ShardImageBuilder::write_embedding_rows(const Group& group, const char* name,
@@ -447,7 +485,8 @@ void ShardImageBuilder::write_embedding_rows(const Group& group, const char* nam
 
 void ShardImageBuilder::write_dataset(const Group& group, const char* name,
                                       std::array<hsize_t, 2> shape, hid_t file_type,
-                                      hid_t memory_type, const void* data) {
+                                      hid_t memory_type, const void* data,
+                                      hid_t link_properties) {
   const std::string operation = "writing dataset " + group.child(name);
   const int rank = shape[1] > 0 ? 2 : 1;
   // Growable rows give every dataset, even one of 0 rows, a valid chunk shape (chunk dimensions
@@ -472,7 +511,7 @@ void ShardImageBuilder::write_dataset(const Group& group, const char* name,
       H5Tget_class(file_type) == H5T_VLEN || H5Tis_variable_str(file_type) > 0;
   if (!variable_length) h5_check(H5Pset_fletcher32(properties.get()), operation, target_);
   H5Handle dataset = h5_own(H5Dcreate2(group.handle.get(), name, file_type, space.get(),
-                                       H5P_DEFAULT, properties.get(), H5P_DEFAULT),
+                                       link_properties, properties.get(), H5P_DEFAULT),
                             operation, target_);
   if (shape[0] == 0)
     return;  // nothing to write, and HDF5 rejects the null buffer of an empty vector

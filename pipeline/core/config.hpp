@@ -96,6 +96,22 @@ MemoryBudget parse_memory_budget(const std::string& text, std::string_view key);
 int64_t parse_byte_size(const std::string& text, std::string_view key);
 std::string format_bytes(int64_t bytes);
 
+// A list of names that the config file writes as a YAML list of strings (output.keep_columns).
+// Its own type, not a std::vector<std::string> (which the table reads and checks as devices):
+// the table reads it as a list of strings (empty allowed), writes it as a JSON array, checks
+// that each name is non-empty UTF-8 text without NUL and given once, and takes its flag as one
+// comma-separated text ("label,split"; "" is none, though `precompute run` takes an empty flag
+// as not given).
+struct NameList {
+  std::vector<std::string> names;
+  bool empty() const { return names.empty(); }
+  size_t size() const { return names.size(); }
+  bool operator==(const NameList&) const = default;
+};
+// At most this many names in one NameList, each at most kMaxNameBytes bytes long.
+inline constexpr size_t kMaxListedNames = 1024;
+inline constexpr size_t kMaxNameBytes = 255;
+
 // Note [Config keys]
 // Every key of a config file is declared once, in the lists below: the member that holds it
 // (type, name, default), a doc line, and a spec (its YAML key when that differs from the member's
@@ -277,6 +293,12 @@ struct InputSection {
       Spec().in_fingerprint())                                                                  \
   KEY(int, chunk_rows, 256, "HDF5 chunk height for embedding datasets",                         \
       Spec().range(count(1, 1 << 20)).in_record())                                              \
+  /* Left out of both JSON forms while empty, so that every fingerprint made before the key */  \
+  /* existed stays as it was (Note [Kept columns] in pipeline/input/manifest.cpp). */           \
+  KEY(NameList, keep_columns, {}, "manifest columns stored per sample as strings (/columns)",   \
+      Spec().in_fingerprint().omitted_when_empty().null_unsets()                                \
+          .flag("--keep-columns", "Manifest columns stored per sample as strings, comma-"       \
+                                  "separated: label,split"))                                    \
   KEY(bool, overwrite, false, "start over: remove an earlier run's files in `path`",            \
       Spec().flag("--overwrite", "Start over: remove an earlier run's files from the output "   \
                                  "folder (by default a rerun resumes it)"))                     \

@@ -131,6 +131,90 @@ void check_device(const std::string& device, const std::string& key) {
 
 std::string_view flag_name(const ConfigField& f) { return f.flag.name(); }
 
+// Strict UTF-8: no overlong forms, surrogates or code points past U+10FFFF (Unicode's table
+// 3-7), what HDF5 readers such as h5py's asstr() and JSON decode.
+bool is_valid_utf8(std::string_view text) {
+  size_t i = 0;
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  while (i < text.size()) {
+    const unsigned char lead = byte(i);
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;
+    if (lead < 0x80) {
+      length = 1;
+    } else if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + length > text.size()) return false;
+    if (length > 1 && (byte(i + 1) < low || byte(i + 1) > high)) return false;
+    for (size_t k = 2; k < length; ++k) {
+      if ((byte(i + k) & 0xC0) != 0x80) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+NameList read_name_list(const YamlNode& n) {
+  PC_CHECK(n.node.IsSequence(), ConfigError, "config key '", n.path,
+           "' must be a list of names, e.g. [label, split] ([] for none)");
+  NameList out;
+  for (size_t i = 0; i < n.node.size(); ++i) out.names.push_back(read_string(n.element(i)));
+  return out;
+}
+
+// Every name non-empty UTF-8 text without NUL, at most kMaxNameBytes bytes, given once; at most
+// kMaxListedNames of them.
+void check_name_list(const ConfigField& f, const NameList& list) {
+  PC_CHECK(list.size() <= kMaxListedNames, ConfigError, "config key '", f.key, "' lists ",
+           list.size(), " names; at most ", kMaxListedNames, " are allowed",
+           origin_text(flag_name(f)));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string& name = list.names[i];
+    const std::string at = f.key + "[" + std::to_string(i) + "]";
+    PC_CHECK(!name.empty(), ConfigError, "config key '", at, "' is an empty name; give a name",
+             origin_text(flag_name(f)));
+    PC_CHECK(name.find('\0') == std::string::npos, ConfigError, "config key '", at, "' is '",
+             shown(name), "': a name cannot hold a NUL character (shown as \\x00)",
+             origin_text(flag_name(f)));
+    PC_CHECK(is_valid_utf8(name), ConfigError, "config key '", at, "' is '", shown(name),
+             "': not valid UTF-8 (the bad bytes are shown as \\xHH); names must be UTF-8 text",
+             origin_text(flag_name(f)));
+    PC_CHECK(name.size() <= kMaxNameBytes, ConfigError, "config key '", at, "' is ",
+             name.size(), " bytes long; a name has at most ", kMaxNameBytes,
+             origin_text(flag_name(f)));
+    for (size_t j = 0; j < i; ++j) {
+      PC_CHECK(list.names[j] != name, ConfigError, "config key '", f.key, "' names '",
+               shown(name), "' twice (entries ", j, " and ", i, "); give each name once",
+               origin_text(flag_name(f)));
+    }
+  }
+}
+
+// A flag's "label,split": the names between commas; "" is no name at all.
+NameList split_names(const std::string& text) {
+  NameList out;
+  if (text.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    out.names.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 // --- what each member type does, unless its spec says otherwise -------------------------------
 
 template <class T>
@@ -150,6 +234,8 @@ T read_value(const ConfigField& f, const YamlNode& n, const Path& base) {
     return read_path(n, base);
   } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
     return read_devices(n);
+  } else if constexpr (std::is_same_v<T, NameList>) {
+    return read_name_list(n);
   } else if constexpr (std::is_same_v<T, Float3>) {
     PC_CHECK(n.node.IsSequence() && n.node.size() == 3, ConfigError, "config key '", n.path,
              "' must be a list of ", 3, " numbers");
@@ -180,6 +266,8 @@ Json json_value(const T& value) {
     return value.string();
   } else if constexpr (std::is_same_v<T, MemoryBudget>) {
     return value.bytes > 0 ? Json(value.bytes) : Json(value.fraction);
+  } else if constexpr (std::is_same_v<T, NameList>) {
+    return value.names;
   } else if constexpr (IsChoice<T>::value) {
     return Choices<T>::name(value);
   } else if constexpr (IsOptional<T>::value) {
@@ -198,6 +286,8 @@ void check_value(const ConfigField& f, const T& value) {
     for (const float v : value) check_bound(f.key, *f.bound, flag_name(f), v);
   } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
     for (const auto& d : value) check_device(d, f.key);
+  } else if constexpr (std::is_same_v<T, NameList>) {
+    check_name_list(f, value);
   } else if constexpr (IsOptional<T>::value) {
     if (value) check_value(f, *value);
   }
@@ -242,6 +332,8 @@ void apply_value(const ConfigField& f, T& member, const FlagValue& v) {
     member = std::get<std::string>(v);
   } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
     member = {std::get<std::string>(v)};
+  } else if constexpr (std::is_same_v<T, NameList>) {
+    member = split_names(std::get<std::string>(v));
   } else if constexpr (std::is_same_v<T, MemoryBudget>) {
     member = parse_memory_budget(std::get<std::string>(v), f.flag.name());
   } else {
@@ -332,6 +424,7 @@ class Spec {
   Spec unset_when_zero() { return with([](Spec& s) { s.f_.unset_when_zero = true; }); }
   Spec null_unsets() { return with([](Spec& s) { s.f_.null_unsets = true; }); }
   Spec byte_size() { return with([](Spec& s) { s.f_.byte_size = true; }); }
+  Spec omitted_when_empty() { return with([](Spec& s) { s.f_.omitted_when_empty = true; }); }
   Spec required(std::string_view what) { return with([&](Spec& s) { s.f_.required = what; }); }
   Spec flag(std::string_view names, std::string_view help) {
     return with([&](Spec& s) { s.f_.flag = ConfigFlag{names, help}; });
@@ -356,6 +449,9 @@ class Spec {
     }
     if (!f.write) {
       f.write = [access](const ConfigField& self, const Config& c, Json& j) {
+        if constexpr (requires(const T& v) { v.empty(); }) {
+          if (self.omitted_when_empty && access(c).empty()) return;
+        }
         j[self.json_key] = json_value(access(c));
       };
     }

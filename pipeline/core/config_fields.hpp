@@ -38,6 +38,7 @@ struct ConfigField {
   bool unset_when_zero = false;  // 0 is how the struct says "not set": no range check then
   bool null_unsets = false;      // `key: null` leaves the default
   bool byte_size = false;        // an integer written as a size ("4GiB"), or 0
+  bool omitted_when_empty = false;  // a list left out of the JSON forms while it is empty
   std::string_view required;     // when set, its mapping needs it: "needs 'path': <required>"
   ConfigFlag flag;               // names empty: no flag sets it
 

@@ -2,6 +2,7 @@
 // of each key is the table's (check_section below).
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <initializer_list>
 #include <set>
@@ -50,6 +51,33 @@ void validate_encoder(const EncoderSection& s, const std::string& name,
            pooling_name(s.pooling_mode()), "'; for ", name, " use one of: ", list);
 }
 
+// output.keep_columns beyond what every name list is checked for (config_fields.cpp): names a
+// manifest column can have and an HDF5 dataset can be named (/columns/<name>), none of them a
+// column the manifest already gives a meaning (Note [Kept columns] in pipeline/input/manifest.cpp).
+void validate_keep_columns(const Config& c) {
+  const auto& names = c.output.keep_columns.names;
+  if (names.empty()) return;
+  PC_CHECK(c.input.folder.empty(), ConfigError, "config key 'output.keep_columns' needs a "
+           "manifest: a folder input (input.folder or --input FOLDER) has no columns to keep");
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    const std::string at = "output.keep_columns[" + std::to_string(i) + "]";
+    std::string lower = name;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    for (const char* reserved : {"id", "video", "audio", "text"}) {
+      PC_CHECK(lower != reserved, ConfigError, "config key '", at, "' is '", name,
+               "': id, video, audio and text are the manifest's own columns and are stored "
+               "already (/ids, the embeddings); keep other columns (config file or "
+               "--keep-columns)");
+    }
+    PC_CHECK(name.find('/') == std::string::npos && name != "." && name != "..", ConfigError,
+             "config key '", at, "' is '", name, "': a kept column becomes the HDF5 dataset "
+             "/columns/<name>, which cannot hold '/' or be '.' or '..'; rename the column "
+             "(config file or --keep-columns)");
+  }
+}
+
 }  // namespace
 
 void validate(const Config& c) {
@@ -62,6 +90,7 @@ void validate(const Config& c) {
            ": no output folder; set 'output.path' or pass --output");
   check_section(c, "input");
   check_section(c, "output");
+  validate_keep_columns(c);
   PC_CHECK(c.video.enabled || c.audio.enabled || c.text.enabled, ConfigError, where(c),
            ": no encoder configured; add a 'video', 'audio' or 'text' section");
   check_section(c, "run");

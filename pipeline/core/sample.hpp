@@ -26,6 +26,9 @@ struct SampleSpec {
   std::optional<std::filesystem::path> video;
   std::optional<std::filesystem::path> audio;  // when absent, the audio track of `video`
   std::optional<std::string> text;
+  // The values of output.keep_columns, in that key's order ("" where the line has no value);
+  // empty when no column is kept.
+  std::vector<std::string> columns;
   int64_t line = 0;  // 1-based manifest line (or file number in folder mode), for messages
 };
 

@@ -104,6 +104,9 @@ class SampleCollector {
   // `by_line`: samples come from a manifest's lines (messages name lines), not from files.
   SampleCollector(std::string name, bool by_line) : name_(std::move(name)), by_line_(by_line) {}
 
+  // The kept columns' names (output.keep_columns), for messages about their values.
+  void keep(const std::vector<std::string>& names) { kept_ = &names; }
+
   void add(SampleSpec spec) {
     PC_CHECK(!spec.id.empty(), InputError, name_, where(spec.line),
              ": the sample has no 'id'; give every sample a unique id");
@@ -116,6 +119,7 @@ class SampleCollector {
              "fix the id, or convert the manifest to UTF-8 (e.g. iconv -f latin1 -t utf-8)");
     check_path(spec.video, "video", spec);
     check_path(spec.audio, "audio", spec);
+    check_columns(spec);
     PC_CHECK(spec.video || spec.audio || spec.text, InputError, name_, where(spec.line),
              ": sample '", spec.id, "' has none of 'video', 'audio', 'text'; give at least one");
     const auto [it, inserted] = first_line_.emplace(spec.id, spec.line);
@@ -159,6 +163,27 @@ class SampleCollector {
              "fix the path");
   }
 
+  // A kept column's value becomes an HDF5 string read back as UTF-8 text, like an id: a NUL would
+  // cut it short, a byte that is not UTF-8 would fail every reader (Note [Kept columns]).
+  void check_columns(const SampleSpec& spec) {
+    const size_t kept = kept_ ? kept_->size() : 0;
+    PC_ASSERT(spec.columns.size() == kept, "sample with ", spec.columns.size(), " kept values of ",
+              kept, " columns");
+    for (size_t i = 0; i < kept; ++i) {
+      const std::string& value = spec.columns[i];
+      const std::string& column = (*kept_)[i];
+      PC_CHECK(value.find('\0') == std::string::npos, InputError, name_, where(spec.line),
+               ": the value of kept column '", column, "' of sample '", printable(spec.id),
+               "' contains a NUL character, which a stored string cannot hold; remove it, or "
+               "leave the column out of output.keep_columns");
+      PC_CHECK(is_valid_utf8(value), InputError, name_, where(spec.line),
+               ": the value of kept column '", column, "' of sample '", printable(spec.id),
+               "' is not valid UTF-8 ('", printable(value.substr(0, 80)),
+               "', the bad bytes shown as \\xHH); kept columns are stored as UTF-8 text: fix "
+               "it, or convert the manifest to UTF-8 (e.g. iconv -f latin1 -t utf-8)");
+    }
+  }
+
   void note_normalization(const SampleSpec& spec) {
     // An ASCII id is its own NFC form: its look-alikes find it in first_line_ below.
     if (is_ascii(spec.id)) return;
@@ -183,6 +208,7 @@ class SampleCollector {
 
   std::string name_;
   bool by_line_;
+  const std::vector<std::string>* kept_ = nullptr;
   std::vector<SampleSpec> samples_;
   std::unordered_map<std::string, int64_t> first_line_;
   std::unordered_map<std::string, size_t> by_nfc_;  // NFC of non-ASCII ids -> first in samples_
@@ -205,9 +231,31 @@ void strip_bom(std::string& line) {
   if (line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
 }
 
+// Note [Kept columns]
+// output.keep_columns names manifest columns that are stored per sample next to the vectors, as
+// UTF-8 strings (/columns/<name> of each shard, docs/format.md), so that a trainer needs no
+// second join. In CSV/TSV a kept column must be in the header (matched as the other columns are,
+// ignoring case); in JSONL it must be a key of at least one line (a name no line has is a typo),
+// and a line without it, or with null, gives "". A JSON value that is not a string is stored as
+// its compact JSON text (3, 2.5, true, ["a","b"]). Values are checked like ids: a NUL or bytes
+// that are not UTF-8 stop the run before any work (exit 65), naming the line and the column.
+// The values are part of the input's identity (input_identity() in pipeline/resume.cpp), so a
+// resume after a kept value was edited is refused instead of mixing old and new values; the
+// list itself is in the config fingerprint, left out while empty so that fingerprints made before
+// the key existed stay as they were.
+
+std::string json_column_value(const nlohmann::json& value) {
+  if (value.is_null()) return {};
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
 std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::path& base,
-                                    const std::string& name) {
+                                    const std::string& name,
+                                    const std::vector<std::string>& keep_columns) {
   SampleCollector samples(name, /*by_line=*/true);
+  samples.keep(keep_columns);
+  std::vector<bool> seen(keep_columns.size(), false);
   std::string line;
   int64_t line_no = 0;
   while (std::getline(in, line)) {
@@ -235,7 +283,18 @@ std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::pat
       spec.audio = resolve(*a, base);
     }
     spec.text = json_string(obj, "text", name, line_no);
+    spec.columns.reserve(keep_columns.size());
+    for (size_t k = 0; k < keep_columns.size(); ++k) {
+      const auto it = obj.find(keep_columns[k]);
+      if (it != obj.end()) seen[k] = true;
+      spec.columns.push_back(it == obj.end() ? std::string() : json_column_value(*it));
+    }
     samples.add(std::move(spec));
+  }
+  for (size_t k = 0; k < keep_columns.size(); ++k) {
+    PC_CHECK(seen[k], InputError, name, ": no line has the key '", printable(keep_columns[k]),
+             "' that output.keep_columns names; check its spelling (keys are case-sensitive), "
+             "or leave it out of output.keep_columns");
   }
   return samples.take();
 }
@@ -297,7 +356,8 @@ bool read_record(std::istream& in, char delim, std::vector<std::string>& fields,
 
 std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
                                         const std::filesystem::path& base,
-                                        const std::string& name) {
+                                        const std::string& name,
+                                        const std::vector<std::string>& keep_columns) {
   std::vector<std::string> fields;
   int64_t line_no = 0;
   PC_CHECK(read_record(in, delim, fields, line_no, name), InputError, name,
@@ -324,8 +384,17 @@ std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
   const auto text_col = find("text");
   PC_CHECK(video_col || audio_col || text_col, InputError, name,
            " line 1: no 'video', 'audio' or 'text' column; name at least one in the header");
+  std::vector<size_t> kept_cols;
+  for (const auto& kept : keep_columns) {
+    const auto col = find(lower(kept).c_str());
+    PC_CHECK(col, InputError, name, " line 1: no column '", printable(kept),
+             "', which output.keep_columns names; the header has ", fields.size(),
+             " column(s): check the spelling, or leave it out of output.keep_columns");
+    kept_cols.push_back(*col);
+  }
 
   SampleCollector samples(name, /*by_line=*/true);
+  samples.keep(keep_columns);
   while (true) {
     const int64_t record_line = line_no + 1;
     if (!read_record(in, delim, fields, line_no, name)) break;
@@ -340,6 +409,7 @@ std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
     if (audio_col && !fields[*audio_col].empty()) spec.audio = resolve(fields[*audio_col], base);
     // An empty caption cell is kept as empty text: it becomes a failure record, not a silent gap.
     if (text_col) spec.text = fields[*text_col];
+    for (const size_t col : kept_cols) spec.columns.push_back(fields[col]);
     samples.add(std::move(spec));
   }
   return samples.take();
@@ -450,26 +520,28 @@ ManifestFormat manifest_format_for(const std::filesystem::path& file) {
 
 std::vector<SampleSpec> parse_manifest(std::istream& in, ManifestFormat format,
                                        const std::filesystem::path& base_dir,
-                                       const std::string& name) {
+                                       const std::string& name,
+                                       const std::vector<std::string>& keep_columns) {
   switch (format) {
     case ManifestFormat::kJsonl:
-      return parse_jsonl(in, base_dir, name);
+      return parse_jsonl(in, base_dir, name, keep_columns);
     case ManifestFormat::kCsv:
-      return parse_delimited(in, ',', base_dir, name);
+      return parse_delimited(in, ',', base_dir, name, keep_columns);
     case ManifestFormat::kTsv:
-      return parse_delimited(in, '\t', base_dir, name);
+      return parse_delimited(in, '\t', base_dir, name, keep_columns);
   }
   PC_ASSERT(false, "unknown manifest format");
 }
 
-std::vector<SampleSpec> read_manifest(const std::filesystem::path& file) {
+std::vector<SampleSpec> read_manifest(const std::filesystem::path& file,
+                                      const std::vector<std::string>& keep_columns) {
   const auto format = manifest_format_for(file);
   PC_CHECK(std::filesystem::is_regular_file(file), InputError, "manifest ", file,
            " does not exist or is not a file; check input.manifest or --input");
   std::ifstream in(file, std::ios::binary);
   PC_CHECK(in.good(), InputError, "cannot read manifest ", file, ": check its permissions");
   auto base = std::filesystem::absolute(file).parent_path();
-  return parse_manifest(in, format, base, "manifest " + file.string());
+  return parse_manifest(in, format, base, "manifest " + file.string(), keep_columns);
 }
 
 std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder) {
@@ -525,8 +597,10 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder) {
 }
 
 std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
-                                   const std::filesystem::path& folder) {
+                                   const std::filesystem::path& folder,
+                                   const std::vector<std::string>& keep_columns) {
   if (manifest.empty()) {
+    PC_ASSERT(keep_columns.empty(), "kept columns of a folder input (validate() refuses them)");
     auto samples = scan_folder(folder);
     PC_CHECK(!samples.empty(), InputError, "input folder ", folder,
              " holds no video or audio file, so there is nothing to embed; add media files "
@@ -534,7 +608,7 @@ std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
              extensions_of(MediaKind::kAudio), ") or check input.folder / --input");
     return samples;
   }
-  auto samples = read_manifest(manifest);
+  auto samples = read_manifest(manifest, keep_columns);
   PC_CHECK(!samples.empty(), InputError, "manifest ", manifest,
            " holds no samples (it is empty, or has only blank lines or a header), so there is "
            "nothing to embed; add one line per sample, or check input.manifest / --input");

@@ -22,12 +22,17 @@ ManifestFormat manifest_format_for(const std::filesystem::path& file);
 // Reads a manifest file. Relative media paths resolve against the manifest's folder. Throws
 // InputError naming the file and line for bad syntax, a missing or invalid id (NUL, not UTF-8),
 // a media path with a NUL, a sample with no input, or a duplicate id (naming both lines).
-std::vector<SampleSpec> read_manifest(const std::filesystem::path& file);
+// `keep_columns` (output.keep_columns) fills each sample's `columns` (Note [Kept columns] in
+// manifest.cpp): a column the manifest lacks, or a value with a NUL or bytes that are not UTF-8,
+// is an InputError too.
+std::vector<SampleSpec> read_manifest(const std::filesystem::path& file,
+                                      const std::vector<std::string>& keep_columns = {});
 
 // The same from a stream; `name` is used in messages, `base_dir` resolves relative paths.
 std::vector<SampleSpec> parse_manifest(std::istream& in, ManifestFormat format,
                                        const std::filesystem::path& base_dir,
-                                       const std::string& name);
+                                       const std::string& name,
+                                       const std::vector<std::string>& keep_columns = {});
 
 // Folder mode: every video or audio file under `folder` (recursively, sorted by relative path)
 // is a sample whose id is its relative path without extension; a video and an audio file with
@@ -40,6 +45,7 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder);
 // Either of the above, as the config's input section says; an input with no sample at all is
 // refused (InputError), so that every caller stops before any work.
 std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
-                                   const std::filesystem::path& folder);
+                                   const std::filesystem::path& folder,
+                                   const std::vector<std::string>& keep_columns = {});
 
 }  // namespace precompute

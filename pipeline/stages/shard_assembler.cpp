@@ -17,11 +17,13 @@ namespace precompute {
 // input.
 
 ShardAssembler::ShardAssembler(ShardCommitter& committer, const ShardPlan& plan,
-                               RunStats& stats, RangeIdentity range_identity)
+                               RunStats& stats, RangeIdentity range_identity,
+                               SampleColumns columns)
     : committer_(&committer),
       plan_(&plan),
       stats_(&stats),
-      range_identity_(std::move(range_identity)) {}
+      range_identity_(std::move(range_identity)),
+      columns_(std::move(columns)) {}
 
 int64_t ShardAssembler::add(const WriterMessage& message) {
   if (const auto* outline = std::get_if<SampleOutline>(&message)) return add_outline(*outline);
@@ -82,7 +84,7 @@ int64_t ShardAssembler::complete_if_ready(int64_t seq) {
   const bool any_embedding = std::any_of(p.embeddings.begin(), p.embeddings.end(),
                                          [](const auto& e) { return e.has_value(); });
   if (any_embedding) {
-    shard.contents.samples.push_back(ShardSample{seq, p.id, std::move(p.embeddings)});
+    shard.contents.samples.push_back(ShardSample{seq, p.id, std::move(p.embeddings), {}});
   }
   if (!p.failures.empty()) stats_->failed_samples.fetch_add(1, std::memory_order_relaxed);
   stats_->failure_records.fetch_add(static_cast<int64_t>(p.failures.size()),
@@ -107,6 +109,9 @@ void ShardAssembler::submit_shard(int64_t shard_index) {
   }
   std::sort(contents.samples.begin(), contents.samples.end(),
             [](const ShardSample& a, const ShardSample& b) { return a.seq < b.seq; });
+  if (columns_) {
+    for (auto& sample : contents.samples) sample.columns = columns_(sample.seq);
+  }
   std::stable_sort(contents.failures.begin(), contents.failures.end(),
                    [](const FailureRecord& a, const FailureRecord& b) {
                      return a.seq != b.seq ? a.seq < b.seq : a.modality < b.modality;

@@ -23,11 +23,14 @@ class ShardAssembler {
  public:
   // The identity of the input samples of a range (ShardContents::input_sha256).
   using RangeIdentity = std::function<std::string(int64_t first_seq, int64_t seq_count)>;
+  // The kept columns' values of the input sample at a position (ShardSample::columns).
+  using SampleColumns = std::function<std::vector<std::string>(int64_t seq)>;
 
   // Each range of `plan` becomes one shard, handed to `committer` once complete, with the
-  // identity of its input when `range_identity` is given. `plan` must outlive the assembler.
+  // identity of its input when `range_identity` is given, and every sample's kept columns from
+  // `columns` when given (preloaded samples too). `plan` must outlive the assembler.
   ShardAssembler(ShardCommitter& committer, const ShardPlan& plan, RunStats& stats,
-                 RangeIdentity range_identity = {});
+                 RangeIdentity range_identity = {}, SampleColumns columns = {});
 
   // Each returns the number of samples the message completed (the in-flight limit is lowered by
   // that much).
@@ -66,6 +69,7 @@ class ShardAssembler {
   const ShardPlan* plan_;
   RunStats* stats_;
   RangeIdentity range_identity_;
+  SampleColumns columns_;
   std::unordered_map<int64_t, PendingSample> pending_;
   std::map<int64_t, OpenShard> open_shards_;
 };

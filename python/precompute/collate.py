@@ -14,6 +14,7 @@ def collate(items: Sequence[Item]) -> Dict[str, Any]:
     """Batches items of ShardDataset / ShardIterableDataset:
 
     - `id`: list of str; `seq`: int64 [B];
+    - `columns` (when the run kept manifest columns, output.keep_columns): `{name: list of str}`;
     - pooled modality: `{"embedding": [B, dim], "present": bool [B]}`;
     - per_step modality: `{"values": [B, T, dim]` zero-padded to the longest `T` of the batch,
       `"mask": bool [B, T]` (True on real steps), `"lengths": int64 [B]`, `"present": bool [B]`,
@@ -28,8 +29,11 @@ def collate(items: Sequence[Item]) -> Dict[str, Any]:
         "id": [it["id"] for it in items],
         "seq": torch.tensor([it["seq"] for it in items], dtype=torch.int64),
     }
+    if "columns" in items[0]:
+        batch["columns"] = {name: [it["columns"][name] for it in items]
+                            for name in items[0]["columns"]}
     for name in items[0]:
-        if name in ("id", "seq"):
+        if name in ("id", "seq", "columns"):
             continue
         entries = [it[name] for it in items]
         present = torch.tensor([e["present"] for e in entries], dtype=torch.bool)

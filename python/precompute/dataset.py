@@ -35,6 +35,7 @@ class ShardDataset(torch.utils.data.Dataset):
     """Map-style dataset over an output folder; item `i` is a dict:
 
     - `id` (str) and `seq` (int, the input position);
+    - `columns`, when the run kept manifest columns (`output.keep_columns`): `{name: str}`;
     - per modality, a dict: pooled layout `{"embedding": [dim], "present": bool}` (zeros when
       absent); per_step layout `{"values": [steps, dim], "present": bool}` plus `"timestamps":
       [steps]` (float64 seconds) for video and audio (zero steps when absent).

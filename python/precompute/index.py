@@ -127,6 +127,9 @@ class OutputIndex:
             name: ModalityInfo(name, int(m["dim"]), m["layout"], m.get("encoder", ""),
                                m.get("pooling", ""))
             for name, m in raw["modalities"].items()}
+        # output.keep_columns of the run: each shard's /columns/<name>, one string per row.
+        output = (raw.get("config") or {}).get("output") or {}
+        self.columns: List[str] = [str(c) for c in output.get("keep_columns", [])]
         shards = sorted(raw["shards"], key=lambda s: s["first_seq"])
         self.shards: List[ShardInfo] = [
             ShardInfo(self.out_dir / s["file"], s["file"], int(s["first_seq"]),

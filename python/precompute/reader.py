@@ -10,7 +10,7 @@ most `max_open_files` stay open (least recently used closed first).
 
 Note [Coalesced reads]: every h5py read has a fixed cost (tens of microseconds) whatever its
 size, so rows wanted together are sorted by shard and row. A shard's small per-row arrays (ids,
-seq, presence flags, per-step offsets) are read whole once per process and kept. Pooled vectors
+seq, presence flags, per-step offsets, kept columns) are read whole once per process and kept. Pooled vectors
 are read as one slice from the first to the last wanted row of a shard (up to `slice_bytes`,
 32 MiB): HDF5 reads and checksums whole chunks (256 rows) anyway, and a random batch touches
 most chunks of each shard, so one call that copies some rows too many beats one call per row run
@@ -102,7 +102,8 @@ class ShardReader:
                 seq=f["seq"][:],
                 present={m.name: f[m.name]["present"][:].astype(bool) for m in self.modalities},
                 offsets={m.name: f[m.name]["offsets"][:] for m in self.modalities
-                         if m.layout != "pooled"})
+                         if m.layout != "pooled"},
+                columns={name: f["columns"][name].asstr()[:] for name in self.index.columns})
             self._rows[k] = cached
         return cached
 
@@ -147,6 +148,10 @@ class ShardReader:
     def _read_rows(self, f: h5py.File, k: int, rows: np.ndarray) -> List[Item]:
         meta = self._shard_rows(k, f)
         items: List[Item] = [{"id": str(meta.ids[r]), "seq": int(meta.seq[r])} for r in rows]
+        if meta.columns:
+            # Kept manifest columns (output.keep_columns), as str.
+            for item, r in zip(items, rows):
+                item["columns"] = {name: str(values[r]) for name, values in meta.columns.items()}
         for m in self.modalities:
             g = f[m.name]
             present = meta.present[m.name]
@@ -192,3 +197,4 @@ class _ShardRows:
     seq: np.ndarray
     present: Dict[str, np.ndarray]
     offsets: Dict[str, np.ndarray]
+    columns: Dict[str, np.ndarray]

@@ -425,6 +425,95 @@ TEST(ConfigTest, FlagValuesAreCheckedByValidate) {
   EXPECT_EQ(refusal([](Config& c) { c.run.progress_interval_s = 0.001; }), "");
 }
 
+// output.keep_columns (Note [Kept columns]): a list of names, read, checked and written by the
+// table's NameList kind, and the rules of validate() for the names a manifest column may have.
+TEST(ConfigTest, KeepColumnsIsAListOfNamesCheckedBeforeAnyWork) {
+  const auto with = [](const std::string& value) {
+    return bound_config("output.keep_columns", value);
+  };
+  EXPECT_EQ(parse_config(with("[label, split]"), "/b").output.keep_columns.names,
+            (std::vector<std::string>{"label", "split"}));
+  EXPECT_TRUE(parse_config(with("[]"), "/b").output.keep_columns.empty());
+  EXPECT_TRUE(parse_config(with("null"), "/b").output.keep_columns.empty());
+  EXPECT_EQ(validate_error(with("[label, split, \"caf\u00e9\", \"50%\", \"a b\"]")), "");
+  EXPECT_EQ(validate_error(with("[]")), "");
+
+  const auto refused = [&](const std::string& value, const std::string& part) {
+    std::string message;
+    try {
+      validate(parse_config(with(value), "/b"));
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(part), std::string::npos) << value << ": " << message;
+  };
+  refused("label", "must be a list of names");
+  refused("{a: 1}", "must be a list of names");
+  refused("[[a]]", "output.keep_columns[0]");
+  refused("[label, \"\"]", "output.keep_columns[1]' is an empty name");
+  refused("[label, split, label]", "names 'label' twice");
+  refused("[\"a\\0b\"]", "NUL");
+  refused("[id]", "the manifest's own columns");
+  refused("[Text]", "the manifest's own columns");
+  refused("[video]", "the manifest's own columns");
+  refused("[audio]", "the manifest's own columns");
+  refused("[a/b]", "cannot hold '/'");
+  refused("[\".\"]", "cannot hold '/'");
+  refused("[\"..\"]", "cannot hold '/'");
+  refused("[" + std::string(kMaxNameBytes + 1, 'x') + "]", "bytes long");
+  std::string many = "[";
+  for (size_t i = 0; i <= kMaxListedNames; ++i) many += (i ? ", c" : "c") + std::to_string(i);
+  refused(many + "]", "at most 1024");
+  // Bytes that are not UTF-8 reach the list only from a file's raw bytes.
+  auto c = parse_config(with("[label]"), "/b");
+  c.output.keep_columns.names = {"caf\xE9"};
+  try {
+    validate(c);
+    ADD_FAILURE() << "a name that is not UTF-8 must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("not valid UTF-8"), std::string::npos) << e.what();
+  }
+  // A folder input has no columns.
+  c = parse_config(with("[label]"), "/b");
+  c.input = {};
+  c.input.folder = "/media";
+  try {
+    validate(c);
+    ADD_FAILURE() << "kept columns of a folder input must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a manifest"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConfigTest, KeepColumnsFlagIsCommaSeparatedAndEntersTheFingerprintOnlyWhenSet) {
+  auto c = parse_config("output: {keep_columns: [a]}\nvideo: {encoder: {path: v.pt}, "
+                        "sampling: {fps: 1}}\n", "/b");
+  const auto without = parse_config("video: {encoder: {path: v.pt}, sampling: {fps: 1}}\n", "/b");
+  EXPECT_NE(semantic_config_json(c), semantic_config_json(without));
+  EXPECT_NE(semantic_config_json(c).find(R"("keep_columns":["a"])"), std::string::npos);
+  EXPECT_EQ(semantic_config_json(without).find("keep_columns"), std::string::npos);
+  EXPECT_EQ(full_config_json(without).find("keep_columns"), std::string::npos);
+  ConfigOverrides o;
+  o.set("--keep-columns", std::string("label,split"));
+  apply_overrides(c, o);
+  EXPECT_EQ(c.output.keep_columns.names, (std::vector<std::string>{"label", "split"}));
+  o.set("--keep-columns", std::string(""));
+  apply_overrides(c, o);
+  EXPECT_TRUE(c.output.keep_columns.empty());
+  EXPECT_EQ(semantic_config_json(c), semantic_config_json(without));
+  o.set("--keep-columns", std::string("label,,split"));
+  apply_overrides(c, o);
+  c.input.manifest = "/m.jsonl";
+  c.output.path = "/out";
+  c.video.encoder.path = std::string(PRECOMPUTE_SOURCE_DIR) + "/CMakeLists.txt";
+  try {
+    validate(c);
+    ADD_FAILURE() << "an empty name from the flag must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--keep-columns"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ConfigTest, ReferenceConfigParses) {
   const auto c = load_config(std::filesystem::path(PRECOMPUTE_SOURCE_DIR) / "configs/reference.yaml");
   EXPECT_TRUE(c.video.enabled && c.audio.enabled && c.text.enabled);
@@ -444,7 +533,8 @@ TEST(ConfigTest, FlagsOfRunAreTheTablesWithTheirValueTypes) {
   for (const auto& f : config_flags()) flags.emplace_back(std::string(f.names), f.kind);
   const std::vector<std::pair<std::string, FlagKind>> want = {
       {"-i,--input", FlagKind::kText},          {"-o,--output", FlagKind::kText},
-      {"--shard-size", FlagKind::kInt64},       {"--overwrite", FlagKind::kSwitch},
+      {"--shard-size", FlagKind::kInt64},       {"--keep-columns", FlagKind::kText},
+      {"--overwrite", FlagKind::kSwitch},
       {"--retry-failed", FlagKind::kSwitch},    {"--device", FlagKind::kText},
       {"--decode-threads", FlagKind::kInt},     {"--torch-threads", FlagKind::kInt},
       {"--max-failures", FlagKind::kText},      {"--progress-interval", FlagKind::kDouble},

@@ -49,6 +49,88 @@ TEST(ManifestTest, JsonlResolvesPathsAndKeepsOrder) {
   EXPECT_EQ(*s[2].text, "");
 }
 
+// Note [Kept columns]: output.keep_columns fills each sample's `columns`, in the list's order.
+std::vector<SampleSpec> parse_keeping(const std::string& text, ManifestFormat format,
+                                      const std::vector<std::string>& keep) {
+  std::istringstream in(text);
+  return parse_manifest(in, format, "/data", "m", keep);
+}
+
+std::string keeping_error(const std::string& text, ManifestFormat format,
+                          const std::vector<std::string>& keep) {
+  try {
+    parse_keeping(text, format, keep);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ManifestTest, JsonlKeepsNamedColumnsAsText) {
+  const auto s = parse_keeping(
+      "{\"id\": \"a\", \"text\": \"x\", \"label\": \"cat\", \"split\": \"train\"}\n"
+      "{\"id\": \"b\", \"text\": \"x\", \"label\": 3, \"split\": null}\n"
+      "{\"id\": \"c\", \"text\": \"x\", \"label\": [1, \"two\"], \"Split\": \"no\"}\n"
+      "{\"id\": \"d\", \"text\": \"x\", \"label\": {\"k\": true}, \"split\": 2.5}\n"
+      "{\"id\": \"e\", \"text\": \"x\", \"label\": \"caf\u00e9 \\u00e9\", \"split\": \"\"}\n",
+      ManifestFormat::kJsonl, {"split", "label"});
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_EQ(s[0].columns, (std::vector<std::string>{"train", "cat"}));
+  EXPECT_EQ(s[1].columns, (std::vector<std::string>{"", "3"}));  // null: ""
+  // A line without the key (keys are case-sensitive): ""; other JSON: its compact text.
+  EXPECT_EQ(s[2].columns, (std::vector<std::string>{"", "[1,\"two\"]"}));
+  EXPECT_EQ(s[3].columns, (std::vector<std::string>{"2.5", "{\"k\":true}"}));
+  EXPECT_EQ(s[4].columns, (std::vector<std::string>{"", "caf\u00e9 \u00e9"}));
+  // Without kept columns nothing is kept.
+  EXPECT_TRUE(parse_keeping("{\"id\": \"a\", \"text\": \"x\", \"label\": \"cat\"}\n",
+                            ManifestFormat::kJsonl, {})[0]
+                  .columns.empty());
+}
+
+TEST(ManifestTest, DelimitedKeepsNamedColumnsMatchedAsTheHeaderIs) {
+  const auto csv = parse_keeping(
+      "id,text,Label,split\n"
+      "a,x,cat,train\n"
+      "b,x,\"dog, big\",\n",
+      ManifestFormat::kCsv, {"label", "split"});
+  ASSERT_EQ(csv.size(), 2u);
+  EXPECT_EQ(csv[0].columns, (std::vector<std::string>{"cat", "train"}));
+  EXPECT_EQ(csv[1].columns, (std::vector<std::string>{"dog, big", ""}));
+  const auto tsv = parse_keeping("id\ttext\tlabel\na\tx\tcat\n", ManifestFormat::kTsv,
+                                 {"label"});
+  EXPECT_EQ(tsv[0].columns, (std::vector<std::string>{"cat"}));
+}
+
+TEST(ManifestTest, KeptColumnsTheManifestLacksOrCannotStoreAreRefused) {
+  // A name the header lacks, or that no JSONL line has: a typo, named with the manifest.
+  const auto csv = keeping_error("id,text,label\na,x,cat\n", ManifestFormat::kCsv,
+                                 {"label", "lable"});
+  EXPECT_NE(csv.find("m line 1: no column 'lable'"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("output.keep_columns"), std::string::npos) << csv;
+  const auto jsonl = keeping_error("{\"id\": \"a\", \"text\": \"x\", \"label\": 1}\n",
+                                   ManifestFormat::kJsonl, {"Label"});
+  EXPECT_NE(jsonl.find("no line has the key 'Label'"), std::string::npos) << jsonl;
+  // Values as ids are checked: no NUL, UTF-8 only, naming the line and the column.
+  const auto nul = keeping_error(
+      "{\"id\": \"a\", \"text\": \"x\", \"label\": \"c\\u0000t\"}\n",
+      ManifestFormat::kJsonl, {"label"});
+  EXPECT_NE(nul.find("m line 1: the value of kept column 'label'"), std::string::npos) << nul;
+  EXPECT_NE(nul.find("NUL"), std::string::npos) << nul;
+  const auto latin1 = keeping_error("id,text,label\na,x,ok\nb,x,caf\xE9\n", ManifestFormat::kCsv,
+                                    {"label"});
+  EXPECT_NE(latin1.find("m line 3: the value of kept column 'label'"), std::string::npos)
+      << latin1;
+  EXPECT_NE(latin1.find("not valid UTF-8 ('caf\\xE9'"), std::string::npos) << latin1;
+  // Bytes that are not UTF-8 in a JSONL value: JSON itself refuses them.
+  EXPECT_NE(keeping_error("{\"id\": \"a\", \"text\": \"x\", \"label\": \"caf\xE9\"}\n",
+                          ManifestFormat::kJsonl, {"label"}),
+            "");
+  // A NUL in a CSV cell.
+  EXPECT_NE(keeping_error("id,text,label\na,x,c\0t\n"s, ManifestFormat::kCsv, {"label"})
+                .find("NUL"),
+            std::string::npos);
+}
+
 TEST(ManifestTest, ErrorsNameTheLine) {
   EXPECT_NE(error_of("{\"id\": \"a\", \"text\": \"x\"}\n{not json}\n", ManifestFormat::kJsonl)
                 .find("m line 2: not valid JSON"),

@@ -1,6 +1,11 @@
 #include "pipeline/stages/shard_assembler.hpp"
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/run_stats.hpp"
@@ -161,7 +166,7 @@ TEST(ShardAssemblerTest, APreloadedShardCompletesWithTheRedoneSamplesOnly) {
   kept.first_seq = 0;
   kept.seq_count = 3;
   for (int64_t seq : {0, 2}) {
-    ShardSample s{seq, "id" + std::to_string(seq), {}};
+    ShardSample s{seq, "id" + std::to_string(seq), {}, {}};
     s.embeddings[modality_index(Modality::kText)] = embedding(seq, 1.0f + static_cast<float>(seq));
     kept.samples.push_back(std::move(s));
   }
@@ -175,6 +180,58 @@ TEST(ShardAssemblerTest, APreloadedShardCompletesWithTheRedoneSamplesOnly) {
   EXPECT_EQ(shard.contents.samples[1].id, "id1");  // in seq order
   EXPECT_FLOAT_EQ(
       shard.contents.samples[1].embeddings[modality_index(Modality::kText)]->values[0], 9.0f);
+}
+
+// The strings of a one-dimensional string dataset of a shard.
+std::vector<std::string> read_strings(const std::filesystem::path& file, const char* name) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+  const hid_t type = H5Dget_type(d);
+  const hid_t space = H5Dget_space(d);
+  std::vector<char*> pointers(static_cast<size_t>(H5Sget_simple_extent_npoints(space)));
+  std::vector<std::string> out;
+  if (!pointers.empty() && H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) >= 0) {
+    for (char* p : pointers) out.emplace_back(p ? p : "");
+    H5Dvlen_reclaim(type, space, H5P_DEFAULT, pointers.data());
+  }
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Dclose(d);
+  H5Fclose(f);
+  return out;
+}
+
+// output.keep_columns: every sample of a shard gets its kept values from the input by seq, the
+// samples kept from an earlier version of the shard (--retry-failed) too.
+TEST(ShardAssemblerTest, EverySampleGetsItsKeptColumnsPreloadedOnesToo) {
+  testing::TempDir dir;
+  RunStats stats;
+  OutputIndex index = make_index(3, 3);
+  index.meta.kept_columns = {"label", "split"};
+  ShardCommitter committer(dir.path(), index, stats);
+  const ShardPlan plan({{0, 0, 3}}, {1});
+  ShardAssembler a(committer, plan, stats, {}, [](int64_t seq) {
+    return std::vector<std::string>{"label-" + std::to_string(seq), seq == 1 ? "" : "train"};
+  });
+  ShardContents kept;
+  kept.shard_index = 0;
+  kept.first_seq = 0;
+  kept.seq_count = 3;
+  for (int64_t seq : {0, 2}) {
+    ShardSample s{seq, "id" + std::to_string(seq), {}, {}};  // as read_shard gives them: none
+    s.embeddings[modality_index(Modality::kText)] = embedding(seq, 1.0f);
+    kept.samples.push_back(std::move(s));
+  }
+  a.preload(std::move(kept));
+  EXPECT_EQ(a.add(WriterMessage(outline(1, false, true))), 0);
+  EncodedBatch text{Modality::kText, {embedding(1, 9)}, {}};
+  EXPECT_EQ(a.add(WriterMessage(std::make_shared<EncodedBatch>(text))), 1);
+  committer.finish();
+  const auto file = dir / "shard-000000.h5";
+  EXPECT_EQ(read_strings(file, "/ids"), (std::vector<std::string>{"id0", "id1", "id2"}));
+  EXPECT_EQ(read_strings(file, "/columns/label"),
+            (std::vector<std::string>{"label-0", "label-1", "label-2"}));
+  EXPECT_EQ(read_strings(file, "/columns/split"), (std::vector<std::string>{"train", "", "train"}));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -603,6 +604,44 @@ TEST_F(ShardWriterTest, ScanReadsEveryDatasetAndKeepsIdsSeqsAndFailures) {
   // columns.
   EXPECT_EQ(scan.datasets_read, 2 + 2 * 3 + 1 + 5);
   EXPECT_GT(scan.attributes_read, 0);
+  EXPECT_TRUE(scan.column_rows.empty());  // no kept columns: no /columns group
+}
+
+// output.keep_columns: one string dataset per kept column, /columns/<name>, one row per id;
+// read end to end by the scan, which counts its rows.
+TEST_F(ShardWriterTest, KeptColumnsAreStringDatasetsRowAlignedWithIds) {
+  ShardMeta meta = pooled_meta(StorageDtype::kFloat32);
+  meta.kept_columns = {"label", "50% off", "caf\u00e9"};
+  ShardContents contents = pooled_contents();
+  for (auto& sample : contents.samples) {
+    sample.columns = {"cat-" + std::to_string(sample.seq), "", "\u2615"};
+  }
+  const CommittedShard committed = ShardWriter(dir_, meta).write(contents);
+  const ShardScan scan = scan_shard(dir_ / committed.file);
+  EXPECT_EQ(scan.column_rows, (std::map<std::string, int64_t>{
+                                  {"label", 4}, {"50% off", 4}, {"caf\u00e9", 4}}));
+  EXPECT_EQ(scan.datasets_read, 2 + 2 * 3 + 1 + 5 + 3);
+  // Equal contents, equal bytes, with columns too.
+  const std::string first = read_bytes(dir_ / committed.file);
+  ShardWriter(dir_, meta).write(contents);
+  EXPECT_EQ(read_bytes(dir_ / committed.file), first);
+  // A shard of no samples has empty columns.
+  ShardContents empty = contents;
+  empty.samples.clear();
+  empty.shard_index = 3;
+  const ShardScan none = scan_shard(dir_ / ShardWriter(dir_, meta).write(empty).file);
+  EXPECT_EQ(none.column_rows.at("label"), 0);
+}
+
+TEST_F(ShardWriterTest, RejectsKeptColumnsThatDoNotMatchTheRun) {
+  ShardMeta meta = pooled_meta(StorageDtype::kFloat32);
+  meta.kept_columns = {"label"};
+  ShardContents contents = pooled_contents();
+  for (auto& sample : contents.samples) sample.columns = {"cat"};
+  contents.samples[1].columns.clear();
+  expect_rejected<StorageError>(meta, contents, "has 0 kept column values");
+  contents.samples[1].columns = {std::string("c\0t", 3)};
+  expect_rejected<StorageError>(meta, contents, "contains a NUL");
 }
 
 TEST_F(ShardWriterTest, ScanReadsADatasetLargerThanOneBlockAndFindsAFlippedChunk) {

@@ -2,6 +2,7 @@
 // failure records; checks every shard's size and checksum against the index.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 #include <map>
@@ -90,6 +91,7 @@ int inspect(const InspectOptions& o) {
     j["bytes"] = bytes;
     j["config_fingerprint"] = index->meta.config_fingerprint;
     j["storage_dtype"] = storage_dtype_name(index->meta.dtype);
+    j["columns"] = index->meta.kept_columns;  // output.keep_columns: /columns/<name>
     for (const auto& schema : index->meta.modalities) {
       if (!schema) continue;
       j["modalities"][std::string(modality_name(schema->modality))] = {
@@ -130,6 +132,9 @@ int inspect(const InspectOptions& o) {
                              storage_dtype_name(index->meta.dtype));
     std::cout << fmt::format("tool {}, config fingerprint {}\n", index->meta.tool_version,
                              index->meta.config_fingerprint.substr(0, 16));
+    if (!index->meta.kept_columns.empty()) {
+      std::cout << fmt::format("  columns kept: {}\n", fmt::join(index->meta.kept_columns, ", "));
+    }
     for (const auto& schema : index->meta.modalities) {
       if (!schema) continue;
       std::cout << fmt::format("  {:<5} dim {:<5} {:<8} pooling {:<5} {} samples  encoder {} "

@@ -141,6 +141,24 @@ class Verifier {
                              modality_name(schema->modality), entry.modality_counts[m]));
       }
     }
+    // Kept columns (output.keep_columns): each one there, one row per id, and no other.
+    for (const auto& name : index.meta.kept_columns) {
+      const auto it = scan.column_rows.find(name);
+      if (it == scan.column_rows.end()) {
+        mismatch(fmt::format("has no kept column /columns/{}, which the run's "
+                             "output.keep_columns names", name));
+      } else if (it->second != static_cast<int64_t>(scan.ids.size())) {
+        mismatch(fmt::format("/columns/{} has {} rows for {} ids", name, it->second,
+                             scan.ids.size()));
+      }
+    }
+    for (const auto& [name, rows] : scan.column_rows) {
+      if (std::find(index.meta.kept_columns.begin(), index.meta.kept_columns.end(), name) ==
+          index.meta.kept_columns.end()) {
+        mismatch(fmt::format("has a column /columns/{} that output.keep_columns does not name",
+                             name));
+      }
+    }
     const int64_t end = entry.first_seq + entry.seq_count;
     for (size_t i = 0; i < scan.seqs.size(); ++i) {
       if (scan.seqs[i] < entry.first_seq || scan.seqs[i] >= end ||
@@ -205,8 +223,10 @@ class Verifier {
   void check_input(const OutputIndex& index) {
     const std::filesystem::path input = o_.input;
     const bool folder = std::filesystem::is_directory(input);
+    // With the run's kept columns: their values are part of each shard's input_sha256.
     const auto samples = read_input(folder ? std::filesystem::path() : input,
-                                    folder ? input : std::filesystem::path());
+                                    folder ? input : std::filesystem::path(),
+                                    folder ? std::vector<std::string>() : index.meta.kept_columns);
     input_samples_ = static_cast<int64_t>(samples.size());
     // Positions inside a shard reported damaged above: their ids are not missing, they are in
     // that shard, which the fix given for it redoes.
