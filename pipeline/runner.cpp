@@ -583,6 +583,13 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
     options.owner_pid = context.owner_pid;
     options.allow_foreign = config.output.overwrite;
     const OutputFolder folder = OutputFolder::open(work.output.path, options);
+    if (config.output.overwrite && !context.overwrite_done) {
+      folder.remove_previous_run();
+    } else if (const auto earlier = folder.peek_previous_run()) {
+      PC_CHECK(earlier->shards.empty(), ConfigError, "rank folder ", work.output.path,
+               " holds shards of an earlier split of the job, and this rank now has no work "
+               "(the input's length or shard_size changed); rerun it with --overwrite");
+    }
     record.state = "done";
     record.finished = unix_now();
     write_rank_record(work.output.path, record);

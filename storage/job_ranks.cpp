@@ -369,7 +369,9 @@ MergeResult merge_job(const fs::path& output, std::optional<int64_t> world_size,
   OutputIndex merged;
   bool first = true;
   for (const auto& r : job.ranks) {
-    if (!r.index) continue;  // a rank without work
+    // A rank without work has nothing to merge, even where its folder holds an earlier job's
+    // index (one split otherwise).
+    if (!r.index || r.span.empty()) continue;
     const OutputIndex& idx = *r.index;
     const std::string where = rank_folder(output, r.rank, job.world_size).string();
     if (first) {
@@ -442,7 +444,7 @@ MergeResult merge_job(const fs::path& output, std::optional<int64_t> world_size,
   // Each rank's shard files, checked against their records by size (`precompute verify` reads
   // them whole), then placed.
   for (const auto& r : job.ranks) {
-    if (!r.index) continue;
+    if (!r.index || r.span.empty()) continue;
     const fs::path folder = rank_folder(output, r.rank, job.world_size);
     for (const auto& e : r.index->shards) {
       std::error_code ec;
@@ -464,7 +466,7 @@ MergeResult merge_job(const fs::path& output, std::optional<int64_t> world_size,
   int64_t embedded = 0, records = 0, failed = 0, shards = 0;
   for (const auto& r : job.ranks) {
     int64_t r_embedded = 0, r_records = 0, r_failed = 0, r_shards = 0;
-    if (r.index) {
+    if (r.index && !r.span.empty()) {
       for (const auto& e : r.index->shards) {
         r_embedded += e.num_samples;
         r_records += e.num_failures;

@@ -253,3 +253,16 @@ def test_a_rank_refuses_a_changed_split(job):
     result = job.run("--world-size", "1", "--overwrite", env={"RANK": "1", "WORLD_SIZE": "4"})
     assert "world size 1 (from --world-size): one process runs the whole input" in result.stderr
     assert (job.out / "index.json").exists()
+
+
+def test_a_rank_left_without_work_by_a_new_split_refuses_its_old_shards(job):
+    small = job.root / "shards-of-1.yaml"
+    config = json.loads(job.config_path.read_text())
+    config["output"]["shard_size"] = 1
+    small.write_text(json.dumps(config))
+    job.rank(0, 10, config=small)  # 22 shards of 1: rank 0 of 10 embeds positions 0 and 1
+    result = job.rank(0, 10, expect=2)  # 8 shards of 3: rank 0 of 10 has none
+    assert "holds shards of an earlier split of the job" in result.stderr, result.stderr
+    result = job.rank(0, 10, "--overwrite")
+    assert "has no work" in result.stderr
+    assert not list((job.out / "ranks" / "rank-00000-of-00010").glob("shard-*.h5"))
