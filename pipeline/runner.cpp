@@ -614,6 +614,8 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
     Planned planned = plan(work, context, input, output, calibrated, span);
     const Executed executed = execute(work, input, calibrated, planned, stats);
     summary = summarise(work, input, calibrated, planned, executed, stats, run_started);
+    // --max-failures (a count or a percentage) applies to the rank's part.
+    summary.total_samples = span.samples();
   } catch (const Error& e) {
     record.state = "failed";
     record.finished = unix_now();

@@ -266,3 +266,13 @@ def test_a_rank_left_without_work_by_a_new_split_refuses_its_old_shards(job):
     result = job.rank(0, 10, "--overwrite")
     assert "has no work" in result.stderr
     assert not list((job.out / "ranks" / "rank-00000-of-00010").glob("shard-*.h5"))
+
+
+def test_max_failures_applies_to_each_ranks_part(job):
+    # Position 5 (no text: no_input) is rank 0's; rank 1 (positions 6 to 11) has no failure.
+    result = job.rank(0, 4, "--max-failures", "0", expect=3)
+    assert "1 of 6 samples failed, over the limit" in result.stderr, result.stderr
+    job.rank(1, 4, "--max-failures", "0")
+    job.rank(1, 4, "--max-failures", "0%")
+    status = job.tool("status", str(job.out)).stdout
+    assert "rank     0: done" in status and "rank     1: done" in status, status
