@@ -617,7 +617,8 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
     // --max-failures (a count or a percentage) applies to the rank's part.
     summary.total_samples = span.samples();
   } catch (const Error& e) {
-    record.state = "failed";
+    // A stop (SIGTERM from a scheduler's preemption or time limit) is not a failure of the rank.
+    record.state = dynamic_cast<const StoppedError*>(&e) != nullptr ? "stopped" : "failed";
     record.finished = unix_now();
     record.message = e.what();
     try {

@@ -345,6 +345,9 @@ MergeResult merge_job(const fs::path& output, std::optional<int64_t> world_size,
   for (const auto& r : job.ranks) {
     if (r.kind == RankState::Kind::kDone) continue;
     std::string why(rank_state_name(r.kind));
+    if (r.kind == RankState::Kind::kStopped && r.record && !r.record->message.empty()) {
+      why += " (" + r.record->message + ")";
+    }
     if (r.kind == RankState::Kind::kRunning && r.record) {
       why += " (pid " + std::to_string(r.record->pid) + " on " + r.record->host + ")";
     }

@@ -36,7 +36,7 @@ struct RankRecord {
   int64_t total_samples = 0;  // of the whole input
   int64_t shard_size = 0;
   RankSpan span;
-  std::string state;    // "running", "done" or "failed"
+  std::string state;    // "running", "done", "stopped" (by a signal) or "failed"
   int64_t pid = 0;      // the process to signal (the supervisor when there is one)
   std::string host;
   std::string config;   // the config file, absolute, for the rerun command
