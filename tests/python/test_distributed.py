@@ -276,3 +276,20 @@ def test_max_failures_applies_to_each_ranks_part(job):
     job.rank(1, 4, "--max-failures", "0%")
     status = job.tool("status", str(job.out)).stdout
     assert "rank     0: done" in status and "rank     1: done" in status, status
+
+
+def test_the_last_two_ranks_finishing_together_merge_once(job, oracle):
+    job.rank(0, 4)
+    job.rank(1, 4)
+    cmds = [[str(job.binary), "run", "--config", str(job.config_path), "--progress-interval",
+             "0", "--rank", str(r), "--world-size", "4"] for r in (2, 3)]
+    procs = [subprocess.Popen(c, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=clean_env()) for c in cmds]
+    logs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    assert any(f"merged 4 rank(s) into {job.out}" in log for log in logs), logs
+    assert_same_output(oracle, job.out)
+    status = json.loads(job.tool("status", str(job.out), "--json").stdout)
+    assert status["merged"] and status["done"] == status["total"] == SAMPLES
+    assert [r["state"] for r in status["ranks"]] == ["done"] * 4
+    assert not list(job.out.glob(".tmp-*"))
