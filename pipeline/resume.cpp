@@ -157,9 +157,10 @@ void check_same_input(const OutputIndex& previous, const std::vector<SampleSpec>
 }
 
 RunPlan plan_run(const std::vector<SampleSpec>& samples, const OutputIndex& index,
-                 int64_t shard_size, bool retry_failed, const std::filesystem::path& output) {
+                 int64_t shard_size, bool retry_failed, const std::filesystem::path& output,
+                 int64_t begin, int64_t end) {
   RunPlan run;
-  const auto total = static_cast<int64_t>(samples.size());
+  const auto total = end < 0 ? static_cast<int64_t>(samples.size()) : end;
   std::vector<ShardRange> committed;
   std::vector<const IndexEntry*> redo;
   for (const auto& e : index.shards) {
@@ -174,7 +175,7 @@ RunPlan plan_run(const std::vector<SampleSpec>& samples, const OutputIndex& inde
     auto all = committed;
     for (const auto* e : redo) all.push_back({e->shard_index, e->first_seq, e->seq_count});
     return all;
-  }());
+  }(), begin);
 
   // A redone shard is written under a new number, so that the committed file it replaces stays
   // intact until the index that lists its replacement is in place.

@@ -44,9 +44,11 @@ struct RunPlan {
   int64_t committed_samples = 0;     // input positions already in committed shards, kept as is
 };
 
-// What this run does, given the shards committed so far (`index.shards`).
+// What this run does, given the shards committed so far (`index.shards`), over the input
+// positions [begin, end) (a rank's span; end < 0: the whole input).
 // `retry_failed` redoes the samples with failure records (reading their shards back).
 RunPlan plan_run(const std::vector<SampleSpec>& samples, const OutputIndex& index,
-                 int64_t shard_size, bool retry_failed, const std::filesystem::path& output);
+                 int64_t shard_size, bool retry_failed, const std::filesystem::path& output,
+                 int64_t begin = 0, int64_t end = -1);
 
 }  // namespace precompute

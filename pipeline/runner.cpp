@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +30,7 @@
 #include "pipeline/run_stats.hpp"
 #include "pipeline/stages/batch_cost_feedback.hpp"
 #include "storage/dataset_view.hpp"
+#include "storage/job_ranks.hpp"
 #include "storage/output_folder.hpp"
 #include "storage/output_index.hpp"
 
@@ -125,12 +127,15 @@ EncoderPools load_encoders(const Config& config) {
 
 namespace {
 
-ShardMeta make_meta(const Config& config, const EncoderPools& pools) {
+// `recorded`: the config the shards record; a rank of a split job records the job's (its
+// output.path is the job's output, not the rank folder), so that its shards are the ones a single
+// run writes.
+ShardMeta make_meta(const Config& config, const EncoderPools& pools, const Config& recorded) {
   ShardMeta meta;
   meta.tool_version = PRECOMPUTE_VERSION;
   meta.dtype = config.output.dtype;
   meta.chunk_rows = config.output.chunk_rows;
-  meta.config_json = full_config_json(config);
+  meta.config_json = full_config_json(recorded);
   meta.kept_columns = config.output.keep_columns.names;
   Sha256 fingerprint;
   fingerprint.update(semantic_config_json(config));
@@ -251,7 +256,8 @@ struct Calibrated {
   BatchLimitsByModality limits;  // under run.gpu_memory_budget
 };
 
-Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats) {
+Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats,
+                              const Config& recorded) {
   spdlog::info("compute: {}", describe_devices());
   const auto load_started = Clock::now();
   auto pools = load_encoders(config);
@@ -264,7 +270,7 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
   const int decode_threads = config.run.decode_threads > 0
                                  ? config.run.decode_threads
                                  : cores() + preparer.decode_threads_beside_the_cpu();
-  auto meta = make_meta(config, pools);
+  auto meta = make_meta(config, pools, recorded);
   if (output.earlier) {
     check_same_settings(output.earlier->meta, meta, semantic_config_json(config),
                         config.output.path);
@@ -283,8 +289,9 @@ struct Planned {
 
 // The first step that changes the output folder: the earlier run's files are removed
 // (--overwrite) or repaired (a resume), and the index of what is kept is written.
+// `span`: the input positions this run covers (a rank's; the whole input otherwise).
 Planned plan(const Config& config, const RunContext& context, const Input& input,
-             const Output& output, const Calibrated& calibrated) {
+             const Output& output, const Calibrated& calibrated, const RankSpan& span) {
   OutputIndex index;
   index.meta = calibrated.meta;
   std::optional<OutputIndex> previous;
@@ -319,11 +326,12 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   if (output.overwrite && context.after_overwrite) context.after_overwrite();
 
   RunPlan plan = plan_run(input.samples, index, config.output.shard_size,
-                          config.output.retry_failed, config.output.path);
+                          config.output.retry_failed, config.output.path, span.first_seq,
+                          span.end_seq);
   if (previous) {
     spdlog::info("resuming {}: {} of {} samples are in committed shards; {} to process in {} "
                  "shard(s)",
-                 config.output.path.string(), plan.committed_samples, input.samples.size(),
+                 config.output.path.string(), plan.committed_samples, span.samples(),
                  plan.positions.size(), plan.shards.ranges().size());
   }
   return {std::move(index), std::move(plan)};
@@ -528,16 +536,141 @@ RunSummary summarise(const Config& config, const Input& input, const Calibrated&
 // (--overwrite) or repair them (a resume), so a run that is refused leaves the earlier output
 // as it was.
 
+namespace {
+
+// Note [A rank is an ordinary run]
+// A rank of a split job (docs/distributed.md) runs every step above unchanged, on its own
+// folder OUT/ranks/rank-R-of-N and over its span of the input (Note [Splitting a job into
+// ranks] in pipeline/core/partition.cpp): its own lock, journals, quarantine, index.json and
+// resume. Only two things differ: the shards record the job's config (output.path is OUT), so
+// they are the shards a single run writes; and rank.json says how the rank is doing (running,
+// done, failed; host, pid, times) for `precompute status` and the job summary. The rank's folder
+// must hold the same split as this run: an input of another length or another shard_size moves
+// every rank's span, and is refused.
+void check_same_split(const Output& output, const Input& input, const Config& work,
+                      const RankSpan& span) {
+  if (!output.earlier) return;
+  const auto& earlier = *output.earlier;
+  PC_CHECK(earlier.total_samples == static_cast<int64_t>(input.samples.size()) &&
+               earlier.shard_size == work.output.shard_size,
+           ConfigError, "rank folder ", work.output.path, " holds a rank of a job over ",
+           earlier.total_samples, " samples in shards of ", earlier.shard_size,
+           "; this run has ", input.samples.size(), " samples in shards of ",
+           work.output.shard_size, ", which splits the job into other ranks. Rerun every rank "
+           "with the earlier input and shard_size, or start the job over (--overwrite on every "
+           "rank, or another --output)");
+  for (const auto& e : earlier.shards) {
+    PC_CHECK(e.first_seq >= span.first_seq && e.first_seq + e.seq_count <= span.end_seq,
+             ConfigError, "rank folder ", work.output.path, " holds ", e.file, " (positions ",
+             e.first_seq, " to ", e.first_seq + e.seq_count - 1, "), outside this rank's span [",
+             span.first_seq, ", ", span.end_seq, "); rerun the rank with --overwrite");
+  }
+}
+
+RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
+                    Clock::time_point run_started, RunStats& stats) {
+  const Partition& part = context.partition;
+  const auto total = static_cast<int64_t>(input.samples.size());
+  const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
+  Config work = config;
+  work.output.path = rank_folder(config.output.path, part.rank, part.world_size);
+  RankRecord record;
+  record.rank = part.rank;
+  record.world_size = part.world_size;
+  record.total_samples = total;
+  record.shard_size = config.output.shard_size;
+  record.span = span;
+  record.pid = context.owner_pid > 0 ? context.owner_pid : static_cast<int64_t>(::getpid());
+  record.host = host_name();
+  std::error_code ignored;
+  record.config = config.file.empty() ? std::string()
+                                      : std::filesystem::absolute(config.file, ignored).string();
+  record.started = unix_now();
+  record.attempts = 1;
+  RunSummary summary;
+  summary.output = work.output.path;
+  summary.total_samples = total;
+  if (span.empty()) {
+    spdlog::info("rank {} of {} has no work: the input's {} samples make {} shard(s) of {}, fewer "
+                 "than the ranks; nothing to do",
+                 part.rank, part.world_size, total,
+                 (total + config.output.shard_size - 1) / config.output.shard_size,
+                 config.output.shard_size);
+    OutputFolderOptions options;
+    options.owner_pid = context.owner_pid;
+    options.allow_foreign = config.output.overwrite;
+    const OutputFolder folder = OutputFolder::open(work.output.path, options);
+    if (config.output.overwrite && !context.overwrite_done) {
+      folder.remove_previous_run();
+    } else if (const auto earlier = folder.peek_previous_run()) {
+      PC_CHECK(earlier->shards.empty(), ConfigError, "rank folder ", work.output.path,
+               " holds shards of an earlier split of the job, and this rank now has no work "
+               "(the input's length or shard_size changed); rerun it with --overwrite");
+    }
+    record.state = "done";
+    record.finished = unix_now();
+    write_rank_record(work.output.path, record);
+    return summary;
+  }
+  spdlog::info("rank {} of {}: shards {} to {}, input positions {} to {} ({} of {} samples), "
+               "into {}",
+               part.rank, part.world_size, span.first_shard, span.end_shard - 1, span.first_seq,
+               span.end_seq - 1, span.samples(), total, work.output.path.string());
+  const Output output = open_output(work, context, input);
+  check_same_split(output, input, work, span);
+  const auto earlier = read_rank_record(work.output.path);
+  if (earlier && !output.overwrite && earlier->span.first_seq == span.first_seq &&
+      earlier->span.end_seq == span.end_seq) {
+    record.started = earlier->started > 0 ? earlier->started : record.started;
+    record.attempts = earlier->attempts + 1;
+  }
+  record.state = "running";
+  write_rank_record(work.output.path, record);
+  try {
+    const Calibrated calibrated = load_and_calibrate(work, output, stats, config);
+    Planned planned = plan(work, context, input, output, calibrated, span);
+    const Executed executed = execute(work, input, calibrated, planned, stats);
+    summary = summarise(work, input, calibrated, planned, executed, stats, run_started);
+    // --max-failures (a count or a percentage) applies to the rank's part.
+    summary.total_samples = span.samples();
+  } catch (const Error& e) {
+    // A stop (SIGTERM from a scheduler's preemption or time limit) is not a failure of the rank.
+    record.state = dynamic_cast<const StoppedError*>(&e) != nullptr ? "stopped" : "failed";
+    record.finished = unix_now();
+    record.message = e.what();
+    try {
+      write_rank_record(work.output.path, record);
+    } catch (const Error& ignored_error) {
+      spdlog::warn("cannot record the rank's failure: {}", ignored_error.what());
+    }
+    throw;
+  }
+  if (summary.processed_samples == 0 && earlier && earlier->state == "done") {
+    write_rank_record(work.output.path, *earlier);  // a rerun of a finished rank changes nothing
+  } else {
+    record.state = "done";
+    record.finished = unix_now();
+    record.processed = summary.processed_samples;
+    record.seconds = summary.seconds + summary.load_seconds;
+    write_rank_record(work.output.path, record);
+  }
+  return summary;
+}
+
+}  // namespace
+
 RunSummary run_precompute(const Config& config, const RunContext& context) {
   validate(config);
   const auto run_started = Clock::now();
   configure_torch_threads(config.run.torch_threads);
   RunStats stats;
   const Input input = read_checked_input(config);
+  if (context.partition.split()) return run_rank(config, context, input, run_started, stats);
   const Output output = open_output(config, context, input);
-  const Calibrated calibrated = load_and_calibrate(config, output, stats);
+  const Calibrated calibrated = load_and_calibrate(config, output, stats, config);
   // Nothing can refuse the run any more: the folder may change now.
-  Planned planned = plan(config, context, input, output, calibrated);
+  const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
+  Planned planned = plan(config, context, input, output, calibrated, whole);
   const Executed executed = execute(config, input, calibrated, planned, stats);
   return summarise(config, input, calibrated, planned, executed, stats, run_started);
 }

@@ -11,6 +11,7 @@
 #include "encoders/encoder.hpp"
 #include "pipeline/stages/encode_stage.hpp"
 #include "pipeline/core/config.hpp"
+#include "pipeline/core/partition.hpp"
 
 namespace precompute {
 
@@ -58,6 +59,9 @@ struct RunContext {
   // hold files of the user's next to this command's own.
   bool overwrite_done = false;
   int owner_pid = 0;  // OutputFolderOptions::owner_pid
+  // This process's part of a job split into ranks (docs/distributed.md). A split run writes its
+  // span of the input into rank_folder(output.path, rank, world_size), as an ordinary run.
+  Partition partition;
 };
 
 // Runs the job, resuming an earlier run in the output folder (Note [What a resume redoes] in

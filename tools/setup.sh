@@ -13,6 +13,7 @@ apt_packages=(
   nlohmann-json3-dev libgtest-dev libutf8proc-dev
   ffmpeg espeak-ng hdf5-tools
   clang-14 libclang-rt-14-dev llvm-14  # tools/test_sanitized.sh: ASan, UBSan, libFuzzer, symbolizer
+  slurmctld slurmd slurm-client munge  # tests/python/test_slurm.py: a one-host SLURM cluster
 )
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -352,6 +352,12 @@ struct OutputSection {
           .applies(apply_no_supervisor_flag))                                                   \
   KEY(int, max_restarts, 5, "restarts after crashes before the run gives up",                   \
       Spec().range(count(0, 1000)))                                                             \
+  /* Ranks of a job split across processes (docs/distributed.md); not recorded: every rank */   \
+  /* writes the shards a single run would. */                                                   \
+  KEY(int64_t, world_size, 0,                                                                   \
+      "ranks the job is split into, when the rank comes from the environment without a "         \
+      "count (JOB_COMPLETION_INDEX); --world-size and the environment's count beat it",           \
+      Spec().range(count(1, 100000).zero_means("not set: --world-size or the environment")))    \
   KEY(MemoryBudget, gpu_memory_budget, {},                                                      \
       "per GPU (Note [Memory budgets] in pipeline/memory_budget.cpp); null: none",              \
       Spec().null_unsets().in_record()                                                          \

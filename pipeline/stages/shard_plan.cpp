@@ -17,9 +17,9 @@ namespace precompute {
 // above every used one, so numbers stay unique and a rerun picks the same ones.
 
 ShardPlan ShardPlan::cover(int64_t total, int64_t shard_size,
-                           const std::vector<ShardRange>& committed) {
-  PC_ASSERT(total >= 0 && shard_size >= 1, "bad shard plan: ", total, " samples, shards of ",
-            shard_size);
+                           const std::vector<ShardRange>& committed, int64_t begin) {
+  PC_ASSERT(total >= 0 && shard_size >= 1 && begin >= 0 && begin <= total, "bad shard plan: ",
+            total, " samples from ", begin, ", shards of ", shard_size);
   auto done = committed;
   std::sort(done.begin(), done.end(),
             [](const ShardRange& a, const ShardRange& b) { return a.first_seq < b.first_seq; });
@@ -28,7 +28,7 @@ ShardPlan ShardPlan::cover(int64_t total, int64_t shard_size,
 
   // The gaps, each cut at multiples of shard_size.
   std::vector<ShardRange> pieces;
-  int64_t at = 0;
+  int64_t at = begin;
   const auto cut = [&](int64_t begin, int64_t end) {
     while (begin < end) {
       const int64_t next_boundary = (begin / shard_size + 1) * shard_size;

@@ -21,10 +21,11 @@ struct ShardRange {
 
 class ShardPlan {
  public:
-  // Covers [0, total_samples) minus `committed` (disjoint ranges, any order), cut at multiples
-  // of `shard_size`. A clean run gets shard k = positions [k*size, (k+1)*size).
+  // Covers [begin, total_samples) minus `committed` (disjoint ranges, any order, none before
+  // `begin`), cut at multiples of `shard_size`. A clean run gets shard k = positions
+  // [k*size, (k+1)*size); a rank of a split job covers its span [begin, end) the same way.
   static ShardPlan cover(int64_t total_samples, int64_t shard_size,
-                         const std::vector<ShardRange>& committed);
+                         const std::vector<ShardRange>& committed, int64_t begin = 0);
   // Exactly these ranges (ascending, disjoint). Every position of a range is processed unless
   // `last_processed` gives, per range, the last position the run processes in it (shards
   // redone by --retry-failed process only their failed samples).

@@ -184,3 +184,38 @@ def pytest_configure(config):
     # torch 2.11 deprecates torch.jit.script/save, which is what writes the TorchScript files
     # precompute loads; the warnings say nothing about precompute.
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit:DeprecationWarning")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def assert_same_output(expected: Path, actual: Path) -> None:
+    """Two outputs of the same config and input (the same output path recorded): index.json
+    equal field by field, the same shard files with the same bytes, every dataset and attribute
+    of every shard equal (so a difference names the dataset), and the same one-file view."""
+    want = json.loads((expected / "index.json").read_text())
+    got = json.loads((actual / "index.json").read_text())
+    assert [s["file"] for s in got["shards"]] == [s["file"] for s in want["shards"]]
+    for key in want:
+        assert got[key] == want[key], f"index.json field {key} differs"
+    assert got == want
+    for shard in want["shards"]:
+        with h5py.File(expected / shard["file"], "r") as a, h5py.File(actual / shard["file"],
+                                                                      "r") as b:
+            names_a, names_b = [], []
+            a.visit(names_a.append)
+            b.visit(names_b.append)
+            assert names_a == names_b, shard["file"]
+            assert dict(a.attrs) == dict(b.attrs), shard["file"]
+            for name in names_a:
+                if isinstance(a[name], h5py.Dataset):
+                    assert a[name].dtype == b[name].dtype, f"{shard['file']}:{name}"
+                    np.testing.assert_array_equal(a[name][()], b[name][()],
+                                                  err_msg=f"{shard['file']}:{name}")
+        assert file_sha256(actual / shard["file"]) == shard["sha256"], shard["file"]
+    assert file_sha256(actual / "dataset.h5") == file_sha256(expected / "dataset.h5")

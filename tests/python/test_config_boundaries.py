@@ -89,6 +89,9 @@ def test_counts_out_of_range_are_refused(binary, config, flag, value, limit):
     ("decode_threads", "99999999999", "1024"),
     ("decode_threads", "1e10", "1024"),
     ("max_restarts", "-1", "1000"),
+    ("world_size", "-1", "100000"),
+    ("world_size", "100001", "100000"),
+    ("world_size", "1e10", "100000"),
 ])
 def test_run_keys_out_of_range_are_refused(binary, config, key, value, limit):
     write_config(config.parent, f"{key}: {value}")

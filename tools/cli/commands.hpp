@@ -15,5 +15,7 @@ CommandFn add_inspect_command(CLI::App& app);
 CommandFn add_tokenize_command(CLI::App& app);
 CommandFn add_doctor_command(CLI::App& app);
 CommandFn add_verify_command(CLI::App& app);
+CommandFn add_merge_command(CLI::App& app);
+CommandFn add_status_command(CLI::App& app);
 
 }  // namespace precompute

@@ -43,6 +43,8 @@ int main_impl(int argc, char** argv) {
   const auto tokenize = add_tokenize_command(app);
   const auto doctor = add_doctor_command(app);
   const auto verify = add_verify_command(app);
+  const auto merge = add_merge_command(app);
+  const auto status = add_status_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,6 +57,8 @@ int main_impl(int argc, char** argv) {
     if (app.got_subcommand("tokenize")) return tokenize();
     if (app.got_subcommand("doctor")) return doctor();
     if (app.got_subcommand("verify")) return verify();
+    if (app.got_subcommand("merge")) return merge();
+    if (app.got_subcommand("status")) return status();
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     if (e.kind() == ErrorKind::kInternal) {

@@ -14,15 +14,45 @@
 
 #include "encoders/bert/text_settings.hpp"
 #include "pipeline/core/config.hpp"
+#include "pipeline/core/error.hpp"
 #include "pipeline/core/logging.hpp"
+#include "pipeline/core/partition.hpp"
 #include "pipeline/core/pause_clock.hpp"
 #include "pipeline/core/stop_request.hpp"
 #include "pipeline/runner.hpp"
+#include "storage/job_ranks.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/exit_codes.hpp"
 #include "tools/cli/supervisor.hpp"
 
 namespace precompute {
+namespace {
+
+// Note [The last rank merges]
+// A rank that finishes checks whether every rank of its job is done; the last one merges, so a
+// job needs no extra step. Two ranks finishing together may both see every rank done: the
+// output's lock lets one merge, and the other finds the output already merged (or, when it gets
+// the lock first, merges the same shards again, which writes the same files). Any problem
+// here is logged, never the rank's exit code: the rank's own work is committed, and `precompute
+// merge OUT` says what is missing.
+void merge_if_last(const std::filesystem::path& output, const Partition& partition) {
+  try {
+    const MergeResult merged = merge_job(output, partition.world_size, /*refuse=*/false);
+    if (merged.already) {
+      spdlog::info("{} already shows every rank's shards", output.string());
+    } else if (!merged.merged) {
+      spdlog::info("rank {} of {} is done; the job is merged when every rank is:{}",
+                   partition.rank, partition.world_size, merged.waiting_for);
+    }
+  } catch (const OutputLockedError&) {
+    spdlog::info("another rank is merging {}", output.string());
+  } catch (const Error& e) {
+    spdlog::warn("this rank is done, but merging the job failed: {}; run `precompute merge {}`",
+                 e.what(), output.string());
+  }
+}
+
+}  // namespace
 
 CommandFn add_run_command(CLI::App& app) {
   struct Options {
@@ -31,6 +61,12 @@ CommandFn add_run_command(CLI::App& app) {
     // CLI11 may keep pointers into it.
     std::map<std::string, FlagValue, std::less<>> values;
     std::vector<std::pair<std::string, CLI::Option*>> given;
+    // Text, so that the environment's values and these get the same checks and messages
+    // (resolve_partition).
+    std::string rank;
+    std::string world_size;
+    CLI::Option* rank_option = nullptr;
+    CLI::Option* world_size_option = nullptr;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("run", "Embed every sample of the input into HDF5 shards");
@@ -68,6 +104,13 @@ CommandFn add_run_command(CLI::App& app) {
     }
     o->given.emplace_back(name, option);
   }
+  o->rank_option = cmd->add_option(
+      "--rank", o->rank,
+      "This process's rank (0 to world size - 1) in a job split across processes; default: from "
+      "SLURM_ARRAY_TASK_ID, SLURM_PROCID, RANK or JOB_COMPLETION_INDEX (docs/distributed.md)");
+  o->world_size_option = cmd->add_option(
+      "--world-size", o->world_size,
+      "Ranks of the job; default: the environment's count, or run.world_size");
 
   return [=]() {
     Config config = load_config(o->config);
@@ -82,12 +125,31 @@ CommandFn add_run_command(CLI::App& app) {
     if (config.text.enabled) resolve_text_settings(config.text);
     validate(config);
     setup_logging(config.run.log_level);
+    PartitionFlags partition_flags;
+    if (o->rank_option->count() > 0) partition_flags.rank = o->rank;
+    if (o->world_size_option->count() > 0) partition_flags.world_size = o->world_size;
+    partition_flags.config_world_size = config.run.world_size;
+    const Partition partition = resolve_partition(partition_flags);
+    PC_CHECK(!(partition.split() && config.output.retry_failed), ConfigError,
+             "--retry-failed is not for one rank: redone shards get new numbers, which would "
+             "collide between ranks. Run it on the merged output as one process: precompute run "
+             "--config ... --retry-failed --world-size 1 (docs/distributed.md)");
+    // The folder this process writes: the output, or its rank folder.
+    std::filesystem::path folder = config.output.path;
+    if (partition.split()) {
+      folder = rank_folder(config.output.path, partition.rank, partition.world_size);
+      spdlog::info("rank {} of {} (from {}); this rank writes {}", partition.rank,
+                   partition.world_size, partition.source, folder.string());
+    } else if (!partition.source.empty()) {
+      spdlog::info("world size 1 (from {}): one process runs the whole input",
+                   partition.source);
+    }
 
     SharedFlag overwritten;  // Note [Overwrite once] in pipeline/runner.cpp
     RunContext context;
     if (config.run.supervise) {
       // Forks before anything starts threads or the GPU; the parent only waits and restarts.
-      if (const auto exit_code = supervise(config.output.path, config.run.max_restarts)) {
+      if (const auto exit_code = supervise(folder, config.run.max_restarts)) {
         return *exit_code;
       }
       // Other runs name the supervisor: stopping it stops the run, killing a child restarts it.
@@ -95,10 +157,12 @@ CommandFn add_run_command(CLI::App& app) {
     }
     context.overwrite_done = overwritten.is_set();
     context.after_overwrite = [&overwritten] { overwritten.set(); };
+    context.partition = partition;
     install_stop_handlers();
     install_continue_handler();  // Note [Paused runs] in pipeline/core/pause_clock.cpp
     const auto summary = run_precompute(config, context);
     spdlog::info("done: {}", format_summary(summary));
+    if (partition.split()) merge_if_last(config.output.path, partition);
     if (summary.over_failure_limit(config.run)) {
       spdlog::error("{} of {} samples failed, over the limit (--max-failures); see "
                     "`precompute inspect {}` for the failure records",
