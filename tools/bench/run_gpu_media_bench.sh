@@ -85,13 +85,14 @@ binary=build-gpu/tools/cli/precompute
 # /work/shared/bench/peers_video_gpu.sh sets them for torchcodec).
 torch_libs=$("$python" -c 'import torch,os,glob; d=os.path.dirname(os.path.dirname(torch.__file__)); print(":".join([os.path.dirname(torch.__file__)+"/lib"]+sorted(set(os.path.dirname(x) for x in glob.glob(d+"/nvidia/**/lib*.so*", recursive=True)))))')
 export PEER_LD_LIBRARY_PATH=$peer_ff/lib:$torch_libs
-"$python" -c 'import torchcodec, torch; print("torchcodec", torchcodec.__version__, "torch", torch.__version__); from torchcodec.decoders import AudioDecoder' \
-  > "$OUT/torchcodec-check.log" 2>&1 ||
-  LD_LIBRARY_PATH=$PEER_LD_LIBRARY_PATH "$python" -c 'import torchcodec; from torchcodec.decoders import AudioDecoder' \
-  >> "$OUT/torchcodec-check.log" 2>&1
+# What the peers can import: torchcodec with its FFmpeg (the peer's environment), torchaudio.
+PYTHONPATH=$site LD_LIBRARY_PATH=$PEER_LD_LIBRARY_PATH "$python" -c 'import torch, torchcodec
+from torchcodec.decoders import AudioDecoder, VideoDecoder
+print("torchcodec", torchcodec.__version__, "torch", torch.__version__, "loads")' \
+  > "$OUT/torchcodec-check.log" 2>&1 || { status=1; echo "torchcodec does not load"; }
 "$python" -c 'import torchaudio; print("torchaudio", torchaudio.__version__)' \
   >> "$OUT/torchcodec-check.log" 2>&1 || echo "torchaudio: not installed" >> "$OUT/torchcodec-check.log"
-tail -n 3 "$OUT/torchcodec-check.log"
+tail -n 4 "$OUT/torchcodec-check.log"
 
 if [[ " $stages " == *" audio "* ]]; then
   echo "==== audio throughput (log: $OUT/audio_throughput.log) ===="
