@@ -36,7 +36,8 @@ def run_quick(script: str, binary: Path, tmp_path: Path) -> dict:
     if not peer_available():
         cmd.append("--no-peer")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"{script} exit {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, \
+        f"{script} exit {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return json.loads((out / script.replace(".py", ".json").replace("_throughput", "_bench"))
                       .read_text())
 

@@ -316,7 +316,12 @@ with torch.inference_mode():
             samples += n * len(members)
 run_s = time.perf_counter() - t
 np.save(out, torch.stack(vectors).numpy())
-print(json.dumps({"run_s": run_s, "samples": samples, "start_s": t - T0}))
+try:
+    from torchcodec._core import get_ffmpeg_library_versions
+    ffmpeg = get_ffmpeg_library_versions().get("ffmpeg_version")
+except Exception:
+    ffmpeg = None
+print(json.dumps({"run_s": run_s, "samples": samples, "start_s": t - T0, "ffmpeg": ffmpeg}))
 '''
 
 
@@ -346,7 +351,8 @@ def run_peer(args, model: Path, files: list, tag: str) -> tuple:
     import numpy as np
     vec = np.load(out)
     return ({"n": len(files), "whole_s": wall, "run_s": got["run_s"],
-             "peak_rss_mib": round(peak / 2**20), "samples_16k": got["samples"]},
+             "peak_rss_mib": round(peak / 2**20), "samples_16k": got["samples"],
+             "ffmpeg": got.get("ffmpeg")},
             {f"a{i:06d}": vec[i] for i in range(len(files))})
 
 

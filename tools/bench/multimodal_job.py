@@ -128,7 +128,8 @@ def one_thread(_):
 video = torch.jit.load(r50, map_location=device).eval().to(vdtype)
 audio = torch.jit.load(audio_pt, map_location=device).eval()
 tok = AutoTokenizer.from_pretrained(bert_dir)
-bert = BertModel.from_pretrained(bert_dir, dtype=tdtype, attn_implementation="sdpa").to(device).eval()
+bert = BertModel.from_pretrained(bert_dir, dtype=tdtype, attn_implementation="sdpa")
+bert = bert.to(device).eval()
 mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
 std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
 with torch.inference_mode():
@@ -177,7 +178,12 @@ with torch.inference_mode():
         done += len(items)
 f.close()
 run_s = time.perf_counter() - t
-print(json.dumps({"run_s": run_s, "samples": done, "start_s": t - T0}))
+try:
+    from torchcodec._core import get_ffmpeg_library_versions
+    ffmpeg = get_ffmpeg_library_versions().get("ffmpeg_version")
+except Exception:
+    ffmpeg = None
+print(json.dumps({"run_s": run_s, "samples": done, "start_s": t - T0, "ffmpeg": ffmpeg}))
 '''
 
 
@@ -293,7 +299,7 @@ def main(argv=None) -> int:
                     args.timeout)
                 got = json.loads(stdout.strip().splitlines()[-1])
                 runs.append({"n": len(rows), "whole_s": wall, "run_s": got["run_s"],
-                             "peak_rss_mib": round(peak / 2**20)})
+                             "peak_rss_mib": round(peak / 2**20), "ffmpeg": got.get("ffmpeg")})
             results.append(summarise(f"torchcodec CPU decode + {args.workers} DataLoader "
                                      f"workers + h5py ({args.device}, batch {args.batch})", runs))
             vectors["peer"] = read_peer(h5)
