@@ -13,7 +13,9 @@
 #   .venv/bin/python tools/bench/audio_throughput.py --make-media bench-data/audio
 # Then on the GPU machine, from the repository root (the working tree, .devbuild/,
 # bench-data/audio and bench-data/h264_720p copied there, about 50 MB):
-#   bash tools/bench/run_gpu_media_bench.sh
+#   STAGES="build peerffmpeg audio" bash tools/bench/run_gpu_media_bench.sh   # about 5 min
+#   STAGES="job" bash tools/bench/run_gpu_media_bench.sh   # same warm machine, about 4-5 min
+# (all four stages in one call come close to a 10-minute command limit: the build is ~3 min).
 # STAGES picks the steps (default "build peerffmpeg audio job"); AUDIO_ARGS go to
 # audio_throughput.py, JOB_ARGS to multimodal_job.py. A second call on a still-warm machine
 # reuses both FFmpeg builds, the build folder and the installed wheels.
