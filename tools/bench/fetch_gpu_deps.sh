@@ -77,7 +77,7 @@ fi
 xz -t "$dest/$orig"
 
 # --- Wheels for the GPU machine's Python (3.12, manylinux x86_64) ---------------------------
-wheels=(h5py==3.16.0 pynvvideocodec==2.2.4)
+wheels=(h5py==3.16.0 pynvvideocodec==2.2.4 torchcodec==0.17.0)
 pip_python=.venv/bin/python  # tools/setup.sh's venv has pip; Debian's python3 may not
 [ -x "$pip_python" ] || pip_python=python3
 mkdir -p "$dest/wheels"
