@@ -1043,6 +1043,22 @@ def test_decoder_crash_is_contained(precompute, oracle, dataset, tmp_path):
     assert_media_failed(out, oracle, dataset, "c05", "crash")
 
 
+def test_decoder_crash_in_a_rank_is_contained_and_the_ranks_merge(precompute, oracle, dataset,
+                                                                    tmp_path):
+    """The same crash inside a rank of a job split in two (docs/distributed.md): the rank's
+    supervisor restarts it, the suspect is recorded as 'crash', the rank finishes, and the last
+    rank merges an output in which only that sample's media failed."""
+    out = tmp_path / "out"
+    died = []
+    for rank in (1, 0):
+        r = precompute.run(out, "--max-failures", "10", "--rank", str(rank), "--world-size", "2",
+                           env={"PRECOMPUTE_TEST_DECODER_FAULT": "crash:v05.mp4"})
+        died.append("the run died (signal 11" in r.stderr)
+    assert died.count(True) == 1, "exactly the rank holding c05 crashes and is restarted"
+    assert "merged 2 rank(s) into" in r.stderr
+    assert_media_failed(out, oracle, dataset, "c05", "crash")
+
+
 def test_decoder_hang_is_bounded_by_the_watchdog(precompute, oracle, dataset, tmp_path):
     """A decoder that never returns on one clip, with run.sample_timeout_s 1: the watchdog ends
     the child after 2 * 1 + 5 s, the supervisor restarts it, the sample is recorded as 'timeout'
