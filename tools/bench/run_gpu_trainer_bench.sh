@@ -33,12 +33,10 @@ status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$OUT/gpu.txt"
 nproc | sed 's/^/cores: /' | tee -a "$OUT/gpu.txt"
 
+# shellcheck source=tools/bench/gpu_build_stage.sh
+. tools/bench/gpu_build_stage.sh
 if [[ " $stages " == *" build "* ]]; then
-  echo "==== build (log: $OUT/build.log) ===="
-  t0=$SECONDS
-  bash tools/bench/build_on_gpu.sh > "$OUT/build.log" 2>&1 || status=1
-  grep -E '^build_on_gpu: ' "$OUT/build.log" | tail -n 12
-  echo "build: $((SECONDS - t0)) s"
+  gpu_build_stage || status=1
 fi
 
 # h5py (the reader's dependency) from the carried wheels when this Python lacks it.
