@@ -29,13 +29,10 @@ grep -E '^build_on_gpu: [0-9]\.' "$OUT/build.log"
 # shellcheck disable=SC1091
 source build-gpu/precompute-env.sh
 
-# h5py for the NVDEC test, from the carried wheels, once per machine.
-site=/tmp/precompute-bench-site
-if [ ! -d "$site" ] && compgen -G ".devbuild/wheels/h5py-*.whl" > /dev/null; then
-  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" \
-    .devbuild/wheels/h5py-*.whl > "$OUT/pip.log" 2>&1 || cat "$OUT/pip.log"
-fi
-export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+# h5py for the NVDEC test, from the carried wheels, each once per machine.
+# shellcheck source=tools/bench/gpu_build_stage.sh
+. tools/bench/gpu_build_stage.sh
+gpu_wheels_site
 
 echo "==== a random BERT for the attention tests ===="
 bert=/tmp/precompute-gpu-tests/bert

@@ -28,7 +28,6 @@ export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 stages=${STAGES:-build peerffmpeg audio job}
 python=${BENCH_PYTHON:-python3}
-site=/tmp/precompute-bench-site
 peer_ff=/tmp/precompute-peer-ffmpeg
 started=$SECONDS
 status=0
@@ -72,12 +71,8 @@ if [[ " $stages " == *" peerffmpeg "* ]] && [ ! -f "$peer_ff/lib/libavfilter.so"
   echo "peer FFmpeg: $((SECONDS - t0)) s"
 fi
 
-# The wheels' packages for this Python (h5py, torchcodec, ...), once per machine.
-if [ ! -d "$site" ]; then
-  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" \
-    .devbuild/wheels/*.whl > "$OUT/pip.log" 2>&1 || { echo "pip install failed"; cat "$OUT/pip.log"; }
-fi
-export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+# The wheels' packages for this Python (h5py, torchcodec, ...), each once per machine.
+gpu_wheels_site
 # shellcheck disable=SC1091
 [ -f build-gpu/precompute-env.sh ] && source build-gpu/precompute-env.sh
 binary=build-gpu/tools/cli/precompute

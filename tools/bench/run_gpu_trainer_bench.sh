@@ -26,7 +26,6 @@ export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 stages=${STAGES:-build bench}
 python=${BENCH_PYTHON:-python3}
-site=/tmp/precompute-bench-site
 started=$SECONDS
 status=0
 
@@ -40,14 +39,7 @@ if [[ " $stages " == *" build "* ]]; then
 fi
 
 # h5py (the reader's dependency) from the carried wheels when this Python lacks it.
-if ! "$python" -c "import h5py" 2>/dev/null; then
-  if [ ! -d "$site" ]; then
-    "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" \
-      .devbuild/wheels/h5py-*.whl > "$OUT/pip.log" 2>&1 ||
-      { echo "pip install failed"; cat "$OUT/pip.log"; }
-  fi
-  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
-fi
+"$python" -c "import h5py" 2>/dev/null || gpu_wheels_site
 "$python" -c "import torch, torchvision, transformers, h5py; print('torch', torch.__version__,
   'torchvision', torchvision.__version__, 'transformers', transformers.__version__,
   'h5py', h5py.__version__)" 2>&1 | tee -a "$OUT/gpu.txt"

@@ -22,7 +22,6 @@ export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 stages=${STAGES:-build parity bench}
 python=${BENCH_PYTHON:-python3}
-site=/tmp/precompute-bench-site
 started=$SECONDS
 status=0
 
@@ -34,12 +33,8 @@ if [[ " $stages " == *" build "* ]]; then
   gpu_build_stage || status=1
 fi
 
-# The wheels' packages for this Python, once per machine.
-if [ ! -d "$site" ]; then
-  "$python" -m pip install -q --no-index --no-deps --no-compile --target "$site" \
-    .devbuild/wheels/*.whl > "$OUT/pip.log" 2>&1 || { echo "pip install failed"; cat "$OUT/pip.log"; }
-fi
-export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+# The wheels' packages for this Python (PyNvVideoCodec, ...), each once per machine.
+gpu_wheels_site
 # shellcheck disable=SC1091
 [ -f build-gpu/precompute-env.sh ] && source build-gpu/precompute-env.sh
 
@@ -95,7 +90,7 @@ if [[ " $stages " == *" diag "* ]]; then
     "$python" tools/bench/video_throughput.py --binary build-gpu/tools/cli/precompute \
       --out "$OUT/diag" --copies 2 --runs 1 --samplings nf4 --modes nvdec --no-peer \
       --sessions "$sessions" --log-level debug 2>&1 | tee -a "$OUT/diag.log" | grep '"who"'
-    grep -h "ms: opened after" /tmp/video-bench/nvdec-nf4-0.log | head -n 6 | cut -c 1-260
+    grep -h "ms: opened after" /tmp/video-bench/nvdec-nf4-1gpu-0.log | head -n 6 | cut -c 1-260
   done
 fi
 

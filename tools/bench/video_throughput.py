@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from text_throughput import binary_env  # the same GPU build's environment (same folder)
+from text_scale import busy_seconds
 
 WORK = Path("/tmp/video-bench")
 SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s")
@@ -73,11 +74,13 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     }
     config_path = WORK / f"{tag}.yaml"
     config_path.write_text(json.dumps(config))
+    before = os.times()
     t = time.perf_counter()
     r = subprocess.run([str(binary), "run", "--config", str(config_path), "--progress-interval",
                         "0", "--log-level", log_level], capture_output=True, text=True,
                        env=binary_env(binary), timeout=900)
     wall = time.perf_counter() - t
+    after = os.times()
     (WORK / f"{tag}.log").write_text(r.stderr)
     if r.returncode != 0:
         raise RuntimeError(f"precompute {tag}: exit {r.returncode}: {r.stderr[-2000:]}")
@@ -88,7 +91,11 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     g = ON_NVDEC.search(line)
     return {"clips": n, "whole_s": wall, "run_s": run_s,
             "decoded_per_clip": float(d.group(3)) if d else None,
-            "on_nvdec": int(g.group(1)) if g else 0, "summary": line.strip()}
+            "on_nvdec": int(g.group(1)) if g else 0, "summary": line.strip(),
+            "busy": busy_seconds(line),
+            # CPU seconds of the process (user + system): what a clip costs the cores.
+            "cpu_s": (after.children_user - before.children_user)
+            + (after.children_system - before.children_system)}
 
 
 PEER = r'''
@@ -142,14 +149,18 @@ def run_peer(model: Path, files: list, sampling: str, threads: int) -> dict:
     listing.write_text("".join(f"{f}\n" for f in files))
     script = WORK / "peer_pynvc.py"
     script.write_text(PEER)
+    before = os.times()
     t = time.perf_counter()
     r = subprocess.run([sys.executable, str(script), str(model), str(listing), sampling,
                         str(threads)], capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - t
+    after = os.times()
     if r.returncode != 0:
         raise RuntimeError(f"PyNvVideoCodec: exit {r.returncode}: {r.stderr[-2000:]}")
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    return {"clips": len(files), "whole_s": wall, "run_s": got["run_s"], "frames": got["frames"]}
+    return {"clips": len(files), "whole_s": wall, "run_s": got["run_s"], "frames": got["frames"],
+            "cpu_s": (after.children_user - before.children_user)
+            + (after.children_system - before.children_system)}
 
 
 def main() -> int:
@@ -162,7 +173,9 @@ def main() -> int:
     ap.add_argument("--samplings", default="fps1,nf4")
     ap.add_argument("--modes", default="auto,nvdec,cpu")
     ap.add_argument("--sessions", type=int, default=4)
-    ap.add_argument("--devices", default="cuda:0")
+    ap.add_argument("--devices", default="cuda:0",
+                    help="device sets separated by ';' (each measured), each a comma-separated "
+                         "list, e.g. 'cuda:0;cuda:0,cuda:1'")
     ap.add_argument("--peer-threads", type=int, default=8)
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--log-level", default="info", help="precompute's (debug: time per file)")
@@ -174,7 +187,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     model = export_model()
     files = clip_list(args.clips.resolve(), args.copies)
-    devices = args.devices.split(",")
+    device_sets = [s.split(",") for s in args.devices.split(";") if s]
     one_run = set(args.one_run_modes.split(",")) if args.one_run_modes else set()
     results = []
     failed = 0
@@ -185,6 +198,9 @@ def main() -> int:
                                                             for r in runs), 2),
                "run_clips_per_s": round(statistics.median(r["clips"] / r["run_s"]
                                                           for r in runs), 2),
+               "cpu_ms_per_clip": round(1000 * statistics.median(r["cpu_s"] / r["clips"]
+                                                                  for r in runs), 1)
+               if "cpu_s" in runs[0] else None,
                "each": runs}
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "each"} |
@@ -203,22 +219,26 @@ def main() -> int:
                                   "error": str(e)[-1500:]}), flush=True)
         for mode in args.modes.split(","):
             n = 1 if mode in one_run else args.runs
-            try:
-                record(f"precompute {mode} ({','.join(devices)})", sampling,
-                       [run_precompute(args.binary, model, files, sampling, mode, args.sessions,
-                                       devices, f"{mode}-{sampling}-{k}",
-                                       json.loads(args.video_json), args.log_level)
-                        for k in range(n)])
-            except Exception as e:
-                failed += 1
-                print(json.dumps({"who": f"precompute {mode}", "sampling": sampling,
-                                  "error": str(e)[-1500:]}), flush=True)
+            for devices in device_sets:
+                try:
+                    record(f"precompute {mode} ({','.join(devices)})", sampling,
+                           [run_precompute(args.binary, model, files, sampling, mode,
+                                           args.sessions, devices,
+                                           f"{mode}-{sampling}-{len(devices)}gpu-{k}",
+                                           json.loads(args.video_json), args.log_level)
+                            for k in range(n)])
+                except Exception as e:
+                    failed += 1
+                    print(json.dumps({"who": f"precompute {mode} ({','.join(devices)})",
+                                      "sampling": sampling, "error": str(e)[-1500:]}),
+                          flush=True)
 
     (args.out / "video_bench.json").write_text(json.dumps(results, indent=1))
-    print(f"\n{'who':44} {'sampling':8} {'runs':>4} {'whole clips/s':>14} {'run clips/s':>12}")
+    print(f"\n{'who':44} {'sampling':8} {'runs':>4} {'whole clips/s':>14} {'run clips/s':>12} "
+          f"{'CPU ms/clip':>12}")
     for r in results:
         print(f"{r['who']:44} {r['sampling']:8} {r['runs']:>4} {r['whole_clips_per_s']:>14} "
-              f"{r['run_clips_per_s']:>12}")
+              f"{r['run_clips_per_s']:>12} {r.get('cpu_ms_per_clip') or '-':>12}")
     return 1 if failed else 0
 
 

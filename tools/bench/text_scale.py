@@ -1,0 +1,211 @@
+"""Issue 10's text figures: 1,000,000 short captions on one GPU and on two, against the strongest
+Python peer (the tuned transformers loop of text_throughput.py), each figure the median of --runs
+runs, whole process and run only, with where precompute's time went.
+
+    python3 tools/bench/text_scale.py --build build-gpu --devices "cuda:0;cuda:0,cuda:1"
+    .venv/bin/python tools/bench/text_scale.py --device-kind cpu --captions 2000 --runs 1 \
+        --devices cpu --build build                       # smoke test (tests/python)
+
+Data and model: text_throughput.py's (random 20,000-word vocabulary, random BERT-base, captions
+of N(12, 5) words), so the figures compare with its table. precompute runs `encoder: {type:
+bert}`, bf16 (float32 on CPU), batches of 4,096 captions / 65,536 tokens, float16 shards of 8,192,
+with `run.device` set to each device set in turn. The peer runs in its own process per run (its
+whole-process figure includes Python, torch and the model load, as precompute's includes its
+start-up), on the first device of the first set.
+
+Profile of each precompute run: its summary's busy seconds per stage (route, assemble, build
+shards, commit, encode), and each GPU's mean utilisation from nvidia-smi sampled every 100 ms
+while the process ran.
+
+Writes $OUT/text_scale.json and prints a table.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from text_throughput import binary_env, make_data, parse_summary  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+BUSY = re.compile(r"busy:((?: [a-z ]+? [\d.]+ s)+)")
+
+PEER = r'''
+import json, sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import torch
+from transformers import BertTokenizerFast
+from text_throughput import embed_loop, load_bert
+model_dir, manifest, device = sys.argv[2], sys.argv[3], sys.argv[4]
+texts = [json.loads(l)["text"] for l in open(manifest)]
+gpu = device.startswith("cuda")
+if gpu:
+    torch.backends.cuda.matmul.allow_tf32 = True
+tok = BertTokenizerFast.from_pretrained(model_dir)
+model = load_bert(model_dir, device, torch.bfloat16 if gpu else torch.float32)
+embed_loop(model, tok, texts[:4096], device, 65536, 256)
+if gpu:
+    torch.cuda.synchronize()
+t = time.perf_counter()
+emb = embed_loop(model, tok, texts, device, 65536, 256).to(torch.float16).cpu()
+run_s = time.perf_counter() - t
+print(json.dumps({"run_s": run_s, "n": emb.shape[0], "ready_s": t - t0}))
+'''
+
+
+class Utilisation:
+    """nvidia-smi's utilization.gpu per GPU, every 100 ms, while a process runs."""
+
+    def __init__(self) -> None:
+        self.samples: dict = {}
+        self.proc = None
+
+    def start(self) -> None:
+        try:
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
+                 "-lms", "100"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+            return
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                index, util = (int(v) for v in line.split(","))
+            except ValueError:
+                continue
+            self.samples.setdefault(index, []).append(util)
+
+    def stop(self) -> dict:
+        if self.proc is None:
+            return {}
+        self.proc.terminate()
+        self.proc.wait()
+        return {f"gpu{k}": round(statistics.mean(v), 1) for k, v in sorted(self.samples.items())}
+
+
+def busy_seconds(line: str) -> dict:
+    m = BUSY.search(line)
+    if not m:
+        return {}
+    return {name.strip(): float(v) for name, v in re.findall(r" ([a-z ]+?) ([\d.]+) s", m.group(1))}
+
+
+def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, devices: list,
+                   dtype: str, tag: str) -> dict:
+    out = work / f"out-{tag}"
+    cfg = {"input": {"manifest": str(manifest)},
+           "output": {"path": str(out), "dtype": "float16", "shard_size": 8192,
+                      "overwrite": True},
+           "run": {"progress_interval_s": 0, "device": devices},
+           "text": {"encoder": {"type": "bert", "path": str(model_dir)}, "dtype": dtype,
+                    "batch_size": 4096, "max_batch_tokens": 65536, "pooling": "mean",
+                    "tokenizer": {"vocab": str(model_dir / "vocab.txt"), "max_length": 256}}}
+    cfg_path = work / f"{tag}.yaml"
+    cfg_path.write_text(json.dumps(cfg))
+    util = Utilisation() if any(d.startswith("cuda") for d in devices) else None
+    if util:
+        util.start()
+    before = os.times()
+    t = time.perf_counter()
+    r = subprocess.run([str(binary), "run", "--config", str(cfg_path)], capture_output=True,
+                       text=True, env=binary_env(binary), timeout=900)
+    wall = time.perf_counter() - t
+    after = os.times()
+    utilisation = util.stop() if util else {}
+    (work / f"{tag}.log").write_text(r.stderr + r.stdout)
+    if r.returncode != 0:
+        raise RuntimeError(f"precompute {tag}: exit {r.returncode}: {(r.stderr + r.stdout)[-2000:]}")
+    s = parse_summary(r.stderr + r.stdout)
+    return {"n": s["samples"], "whole_s": wall, "run_s": s["seconds"],
+            "load_s": s.get("load_seconds"), "busy": busy_seconds(s["line"]),
+            "cpu_s": (after.children_user - before.children_user)
+            + (after.children_system - before.children_system),
+            "gpu_util_mean": utilisation, "peak_rss_mb": s.get("peak_rss_mb")}
+
+
+def run_peer(model_dir: Path, manifest: Path, device: str) -> dict:
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", PEER, str(Path(__file__).resolve().parent),
+                        str(model_dir), str(manifest), device], capture_output=True, text=True,
+                       timeout=1800)
+    wall = time.perf_counter() - t
+    if r.returncode != 0:
+        raise RuntimeError(f"tuned loop: exit {r.returncode}: {r.stderr[-2000:]}")
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"n": got["n"], "whole_s": wall, "run_s": got["run_s"], "ready_s": got["ready_s"]}
+
+
+def summarise(who: str, runs: list) -> dict:
+    row = {"who": who, "n": runs[0]["n"], "runs": len(runs),
+           "whole_per_s": round(statistics.median(r["n"] / r["whole_s"] for r in runs)),
+           "run_per_s": round(statistics.median(r["n"] / r["run_s"] for r in runs)),
+           "each": runs}
+    print(json.dumps({k: v for k, v in row.items() if k != "each"}
+                     | {"last_busy": runs[-1].get("busy"),
+                        "last_gpu_util": runs[-1].get("gpu_util_mean")}), flush=True)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--captions", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--devices", default="cuda:0;cuda:0,cuda:1",
+                    help="device sets separated by ';', each a comma-separated list")
+    ap.add_argument("--device-kind", default="cuda", help="cuda, or cpu for a smoke test")
+    ap.add_argument("--build", type=Path, default=ROOT / "build-gpu")
+    ap.add_argument("--binary", type=Path)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/text-scale"))
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    ap.add_argument("--peer-runs", type=int, default=None, help="default: --runs; 0: no peer")
+    args = ap.parse_args()
+    binary = args.binary or args.build / "tools" / "cli" / "precompute"
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = make_data(args.work, args.captions, 1, 0, 256)
+    model_dir, manifest = data["paths"]["model_dir"], data["paths"]["short"]
+    gpu = args.device_kind.startswith("cuda")
+    dtype = "bfloat16" if gpu else "float32"
+    sets = [s.split(",") for s in args.devices.split(";") if s]
+    results, failed = [], 0
+    peer_runs = args.runs if args.peer_runs is None else args.peer_runs
+    if peer_runs > 0:
+        try:
+            results.append(summarise(f"tuned transformers loop ({sets[0][0]})",
+                                     [run_peer(model_dir, manifest, sets[0][0])
+                                      for _ in range(peer_runs)]))
+        except Exception as e:  # the table says what failed; precompute still runs
+            failed += 1
+            print(json.dumps({"who": "tuned loop", "error": str(e)[-1500:]}), flush=True)
+    for devices in sets:
+        name = ",".join(devices)
+        try:
+            results.append(summarise(
+                f"precompute ({name})",
+                [run_precompute(binary, model_dir, manifest, args.work, devices, dtype,
+                                f"{name.replace(':', '').replace(',', '+')}-{k}")
+                 for k in range(args.runs)]))
+        except Exception as e:
+            failed += 1
+            print(json.dumps({"who": f"precompute ({name})", "error": str(e)[-1500:]}), flush=True)
+    (args.out / "text_scale.json").write_text(json.dumps(
+        {"captions": args.captions, "cpus": os.cpu_count(), "results": results}, indent=1))
+    print(f"\n{'who':36} {'runs':>4} {'whole /s':>10} {'run /s':>10}")
+    for r in results:
+        print(f"{r['who']:36} {r['runs']:>4} {r['whole_per_s']:>10,} {r['run_per_s']:>10,}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
