@@ -30,17 +30,20 @@ target_include_directories(precompute_options INTERFACE "${PROJECT_SOURCE_DIR}")
 # functions, some of them broken (std::filesystem::remove_all jumps to address 0: a GPU test's
 # clean-up crashed so on the GPU machine). A program's symbols bind to the first library in its
 # DT_NEEDED list that defines them, and the compiler driver appends libstdc++ last, so every
-# binary names libstdc++ first, by its full path. On Debian 12 (gcc 12) that holds, with
-# `-lstdc++` or the path. On the GPU machine (Ubuntu 24.04, gcc 13, binutils 2.42) the binaries
-# have no DT_NEEDED entry for libstdc++ at all and bind 31 std::filesystem symbols to LibTorch's
-# copies; the same link line run by hand with the full path in place of `-lstdc++` put
-# libstdc++ first and bound none there, but through CMake it did not yet (not understood; the
-# code avoids remove_all meanwhile). tools/bench/build_on_gpu.sh prints the count.
-execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so
-                OUTPUT_VARIABLE _libstdcxx OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-if(NOT IS_ABSOLUTE "${_libstdcxx}" OR NOT EXISTS "${_libstdcxx}")
-  set(_libstdcxx "-lstdc++")
-endif()
+# binary names libstdc++ first, by the full path of its shared library (libstdc++.so.6). On the
+# GPU machine (Ubuntu 24.04, gcc 13) `-print-file-name=libstdc++.so` finds nothing, and the
+# `-lstdc++` this used to fall back to gave binaries without any DT_NEEDED entry for libstdc++
+# and 31-33 std::filesystem symbols bound to LibTorch; with libstdc++.so.6 by path, libstdc++ is
+# their first DT_NEEDED entry and 0 bind there (tools/bench/build_on_gpu.sh prints the count).
+set(_libstdcxx "-lstdc++")
+foreach(_name libstdc++.so.6 libstdc++.so)
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=${_name}
+                  OUTPUT_VARIABLE _found OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(IS_ABSOLUTE "${_found}" AND EXISTS "${_found}")
+    set(_libstdcxx "${_found}")
+    break()
+  endif()
+endforeach()
 target_link_options(precompute_options INTERFACE
   "LINKER:--push-state,--no-as-needed" "${_libstdcxx}" "LINKER:--pop-state")
 

@@ -27,8 +27,9 @@ namespace precompute {
 // source next to the view file before anywhere else, so the folder can be moved or copied
 // whole. The view is built in memory (core driver, as shards are) and replaces the old one
 // atomically, so a reader never sees a half-written view; it only names files the index lists
-// at that moment, and it is rebuilt wherever index.json is (after every shard commit, and at the
-// start of a run, where a resume may have dropped damaged shards).
+// at that moment, and it is rebuilt at the start of a run, where a resume may have dropped
+// damaged shards, and during and at the end of a run (Note [When the view is rewritten] in
+// pipeline/stages/shard_committer.cpp).
 //
 // CSR offsets cannot be a virtual dataset: a shard's offsets start at 0, and the one-array
 // offsets need each shard's shifted by the steps of all shards before it, which a VDS (a pure

@@ -6,6 +6,7 @@
 // each step; submit() blocks beyond that, which bounds the memory they hold. submit() and
 // finish() are called from one thread (the assembler's).
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -34,7 +35,8 @@ class ShardCommitter {
 
   // Queues a complete shard. Rethrows the error of an earlier shard that failed.
   void submit(ShardContents contents);
-  // Waits until every queued shard is committed; rethrows the first error.
+  // Waits until every queued shard is committed and the one-file view shows them all; rethrows
+  // the first error.
   void finish();
   // The index with every committed shard (complete after finish()).
   const OutputIndex& index() const { return index_; }
@@ -53,6 +55,11 @@ class ShardCommitter {
   template <class Queue>
   bool wait_for_work(std::unique_lock<std::mutex>& lock, Queue& queue);
   void fail(std::exception_ptr error);
+  // Rewrites dataset.h5 for index_ (Note [When the view is rewritten]); only from the thread
+  // that writes the index, or once both threads are idle.
+  void refresh_view();
+
+  using Clock = std::chrono::steady_clock;
 
   std::filesystem::path output_dir_;
   ShardWriter writer_;
@@ -67,6 +74,10 @@ class ShardCommitter {
   int working_ = 0;  // shards being built or written right now
   bool stopping_ = false;
   std::exception_ptr error_;
+  // The view: whether it lags index_, when it was last written, how long that took.
+  bool view_stale_ = false;
+  Clock::time_point view_written_ = Clock::now();
+  Clock::duration view_took_{};
   std::thread builder_;
   std::thread writer_thread_;
 };

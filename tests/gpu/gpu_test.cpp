@@ -230,13 +230,10 @@ class VideoEncoderGpuTest : public ::testing::Test {
   }
   void TearDown() override {
     encoder_.reset();
-    // Not std::filesystem::remove_all: on the GPU machine this binary binds it to LibTorch's
-    // copy, which crashes (Note [LibTorch exports std::filesystem] in
-    // cmake/PrecomputeCompilerOptions.cmake).
-    if (!dir_.empty()) {
-      std::remove((dir_ / "frames.pt").c_str());
-      ::rmdir(dir_.c_str());
-    }
+    // std::filesystem::remove_all crashed here when this binary bound it to LibTorch's copy
+    // (Note [LibTorch exports std::filesystem] in cmake/PrecomputeCompilerOptions.cmake): it
+    // stays, as the check that the link keeps libstdc++ first.
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   static std::vector<PreparedSamplePtr> batch(int samples, int frames, uint32_t seed) {

@@ -272,7 +272,6 @@ bad=$(echo "$ldd_out" | grep -E 'libav|libsw|tbb|utf8proc' | grep -vE "=> ($ff_p
 # Note [LibTorch exports std::filesystem] in cmake/PrecomputeCompilerOptions.cmake.
 torch_bound=$(LD_BIND_NOW=1 LD_DEBUG=bindings "$binary" --version 2>&1 |
   grep "binding file $binary .*filesystem" | grep -c "libtorch" || true)
-# Not fatal yet: on the GPU machine the binary still binds 31 of them there (see the Note).
 say "  std::filesystem symbols of $binary bound to LibTorch's copies: $torch_bound (first" \
   "DT_NEEDED: $(readelf -d "$binary" | grep -m1 NEEDED | awk '{print $5}'))"
 if [ "$torch_bound" != 0 ]; then
@@ -286,6 +285,7 @@ if [ "$torch_bound" != 0 ]; then
       awk '{print $1; exit}' | sed 's/^: && //'); its libstdc++/as-needed/state words:" \
       "$(echo "$link_line" | tr ' ' '\n' | grep -nE 'stdc|as-needed|state|Xlinker' | tr '\n' ' ')"
   fi
+  die "$binary would call LibTorch's std::filesystem (remove_all jumps to address 0)"
 fi
 say "4. built $binary: $((SECONDS - t0)) s"
 say "done in $((SECONDS - started)) s; before running it: . $env_file"

@@ -101,12 +101,12 @@ def busy_seconds(line: str) -> dict:
 
 
 def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, devices: list,
-                   dtype: str, tag: str) -> dict:
+                   dtype: str, tag: str, run_options: dict) -> dict:
     out = work / f"out-{tag}"
     cfg = {"input": {"manifest": str(manifest)},
            "output": {"path": str(out), "dtype": "float16", "shard_size": 8192,
                       "overwrite": True},
-           "run": {"progress_interval_s": 0, "device": devices},
+           "run": {"progress_interval_s": 0, "device": devices} | run_options,
            "text": {"encoder": {"type": "bert", "path": str(model_dir)}, "dtype": dtype,
                     "batch_size": 4096, "max_batch_tokens": 65536, "pooling": "mean",
                     "tokenizer": {"vocab": str(model_dir / "vocab.txt"), "max_length": 256}}}
@@ -169,6 +169,8 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/text-scale"))
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     ap.add_argument("--peer-runs", type=int, default=None, help="default: --runs; 0: no peer")
+    ap.add_argument("--run-option", action="append", default=[], metavar="KEY=JSON",
+                    help="a key of precompute's run section, e.g. max_in_flight=65536")
     args = ap.parse_args()
     binary = args.binary or args.build / "tools" / "cli" / "precompute"
     args.work.mkdir(parents=True, exist_ok=True)
@@ -178,6 +180,8 @@ def main() -> int:
     gpu = args.device_kind.startswith("cuda")
     dtype = "bfloat16" if gpu else "float32"
     sets = [s.split(",") for s in args.devices.split(";") if s]
+    run_options = {kv.split("=", 1)[0]: json.loads(kv.split("=", 1)[1]) for kv in args.run_option}
+    label = "".join(f", {k}={v}" for k, v in run_options.items())
     results, failed = [], 0
     peer_runs = args.runs if args.peer_runs is None else args.peer_runs
     if peer_runs > 0:
@@ -192,18 +196,18 @@ def main() -> int:
         name = ",".join(devices)
         try:
             results.append(summarise(
-                f"precompute ({name})",
+                f"precompute ({name}{label})",
                 [run_precompute(binary, model_dir, manifest, args.work, devices, dtype,
-                                f"{name.replace(':', '').replace(',', '+')}-{k}")
+                                f"{name.replace(':', '').replace(',', '+')}-{k}", run_options)
                  for k in range(args.runs)]))
         except Exception as e:
             failed += 1
             print(json.dumps({"who": f"precompute ({name})", "error": str(e)[-1500:]}), flush=True)
     (args.out / "text_scale.json").write_text(json.dumps(
         {"captions": args.captions, "cpus": os.cpu_count(), "results": results}, indent=1))
-    print(f"\n{'who':36} {'runs':>4} {'whole /s':>10} {'run /s':>10}")
+    print(f"\n{'who':52} {'runs':>4} {'whole /s':>10} {'run /s':>10}")
     for r in results:
-        print(f"{r['who']:36} {r['runs']:>4} {r['whole_per_s']:>10,} {r['run_per_s']:>10,}")
+        print(f"{r['who']:52} {r['runs']:>4} {r['whole_per_s']:>10,} {r['run_per_s']:>10,}")
     return 1 if failed else 0
 
 
