@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <future>
 
 #include "encoders/bert/bert_model.hpp"
@@ -12,6 +14,7 @@
 #include "encoders/torch_encoder.hpp"
 #include "encoders/torchscript_model.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/logging.hpp"
 #include "pipeline/core/sha256.hpp"
 
 namespace precompute {
@@ -22,6 +25,13 @@ namespace {
 // vector per token [T, H], and pooling runs on those rows per caption: mean, cls or max, or none
 // to store every token. The batcher caps a batch by captions (batch_size) and by real tokens
 // (max_batch_tokens), which is the model's cost when nothing is padded.
+
+// Note [Text encode timeline]
+// With --log-level debug every call logs its phases: packing the tokens on the host, queueing the
+// kernels, the wait until the device has run them (a synchronisation added only at debug level),
+// and pooling with the copy out; the encode stage logs how long the batch waited for an
+// encoder. With the summary's busy seconds ("text batches queued" among them) they tell whether
+// the device waits for batches or batches wait for the device.
 
 // The identity of a model folder: names and contents of the files that define its outputs
 // (configs, vocabularies, weights), in sorted order. A README edit does not change it.
@@ -54,11 +64,32 @@ class BertTextEncoder final : public TorchEncoder {
     std::vector<const std::vector<int32_t>*> sequences;
     sequences.reserve(batch.size());
     for (const auto& sample : batch) sequences.push_back(&sample->text->ids);
+    // At debug level, where a call's time goes (Note [Text encode timeline]).
+    const bool timed = log_enabled(LogLevel::kDebug);
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
     const auto packed = pack_sequences(sequences, device_);
+    const auto t1 = Clock::now();
     const auto hidden = model_.forward(packed);
+    const auto t2 = Clock::now();
+    if (timed) wait_for_device();
+    const auto t3 = Clock::now();
     auto out = embeddings_from_rows(hidden, packed.lengths, section_.pooling_mode(),
                                     section_.normalized());
     for (size_t i = 0; i < out.size(); ++i) out[i].truncated = batch[i]->text->truncated;
+    if (timed) {
+      const auto ms = [](Clock::duration d) {
+        return std::chrono::duration<double, std::milli>(d).count();
+      };
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "text encode on %s: %zu captions, %lld tokens: packed %.1f ms, kernels "
+                    "queued %.1f ms, then done on the device %.1f ms later, pooled and copied "
+                    "out %.1f ms",
+                    info_.device.c_str(), batch.size(), static_cast<long long>(packed.total),
+                    ms(t1 - t0), ms(t2 - t1), ms(t3 - t2), ms(Clock::now() - t3));
+      log_message(LogLevel::kDebug, line);
+    }
     return out;
   }
 

@@ -151,6 +151,12 @@ void TorchEncoder::warm_up(PreparedSample sample) {
   info_.dim = out[0].dim;
 }
 
+void TorchEncoder::wait_for_device() const {
+#ifdef PRECOMPUTE_WITH_CUDA
+  if (device_.is_cuda()) c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
+#endif
+}
+
 at::Tensor TorchEncoder::host_buffer(at::IntArrayRef sizes, at::ScalarType type) const {
   return at::empty(sizes,
                    at::TensorOptions().dtype(type).pinned_memory(device_.is_cuda()));

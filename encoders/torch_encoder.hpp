@@ -45,6 +45,10 @@ class TorchEncoder : public Encoder {
   // the copy is asynchronous.
   at::Tensor host_buffer(at::IntArrayRef sizes, at::ScalarType type) const;
 
+  // Waits until the calling thread's current stream has done its work (GPU; nothing on CPU).
+  // Only for timing a batch's phases at debug level: the copy to the host waits anyway.
+  void wait_for_device() const;
+
   c10::Device device_;
   EncoderInfo info_;
 

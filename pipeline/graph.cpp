@@ -74,6 +74,7 @@ void build_and_run(const std::vector<SampleSpec>& input, const std::vector<int64
     stats.routed.fetch_add(1, std::memory_order_relaxed);
     std::get<3>(ports).try_put(WriterMessage(std::move(routed.outline)));
     for (auto& batch : routed.batches) {
+      batch.cut_at = std::chrono::steady_clock::now();
       const auto m = batch.modality;
       stats.batches_queued[modality_index(m)].fetch_add(1, std::memory_order_relaxed);
       switch (m) {

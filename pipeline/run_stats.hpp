@@ -42,6 +42,9 @@ struct RunStats {
   std::atomic<int64_t> build_ns{0};   // shard images (HDF5)
   std::atomic<int64_t> commit_ns{0};  // writing, fsyncing, hashing them; the index
   std::array<std::atomic<int64_t>, kNumModalities> encode_ns{};
+  // Time batches spent cut and waiting for an encoder (queued at the encode node): large when
+  // the encoders are the bound, near 0 when they wait for batches.
+  std::array<std::atomic<int64_t>, kNumModalities> encode_wait_ns{};
 };
 
 // Adds the time from its construction to its destruction to `total` (nanoseconds).

@@ -500,6 +500,8 @@ RunSummary summarise(const Config& config, const Input& input, const Calibrated&
     if (calibrated.pools[modality_index(m)]) {
       summary.busy_seconds["encode " + std::string(modality_name(m))] =
           busy(stats.encode_ns[modality_index(m)]);
+      summary.busy_seconds[std::string(modality_name(m)) + " batches queued"] =
+          busy(stats.encode_wait_ns[modality_index(m)]);
     }
   }
   // The whole output's failures: a resumed run is judged like an uninterrupted one.

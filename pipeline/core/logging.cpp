@@ -18,6 +18,22 @@ void setup_logging(const std::string& level) {
   spdlog::cfg::load_env_levels();
 }
 
+bool log_enabled(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace:
+      return spdlog::should_log(spdlog::level::trace);
+    case LogLevel::kDebug:
+      return spdlog::should_log(spdlog::level::debug);
+    case LogLevel::kInfo:
+      return spdlog::should_log(spdlog::level::info);
+    case LogLevel::kWarn:
+      return spdlog::should_log(spdlog::level::warn);
+    case LogLevel::kError:
+      return spdlog::should_log(spdlog::level::err);
+  }
+  return true;
+}
+
 void log_message(LogLevel level, const std::string& message) {
   switch (level) {
     case LogLevel::kTrace:

@@ -15,4 +15,7 @@ void setup_logging(const std::string& level);
 
 void log_message(LogLevel level, const std::string& message);
 
+// Whether a message of `level` would be written (to skip building one that would not).
+bool log_enabled(LogLevel level);
+
 }  // namespace precompute

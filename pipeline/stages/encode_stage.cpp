@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/run_stats.hpp"
@@ -93,6 +94,13 @@ void EncodeStage::encode_splitting(const std::vector<PreparedSamplePtr>& samples
 
 EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
   const auto m = batch.modality;
+  const auto started = std::chrono::steady_clock::now();
+  const auto waited = batch.cut_at == std::chrono::steady_clock::time_point{}
+                          ? std::chrono::steady_clock::duration{}
+                          : started - batch.cut_at;
+  stats_->encode_wait_ns[modality_index(m)].fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count(),
+      std::memory_order_relaxed);
   const StageTimer timer(stats_->encode_ns[modality_index(m)]);
   auto& pool = *pools_[modality_index(m)];
   EncodedBatch out;
@@ -127,6 +135,17 @@ EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
   stats_->embedded[modality_index(m)].fetch_add(static_cast<int64_t>(out.embeddings.size()),
                                                 std::memory_order_relaxed);
   stats_->batches_done[modality_index(m)].fetch_add(1, std::memory_order_relaxed);
+  // A timeline of the encoders at debug level: how long each batch waited and took.
+  const auto ms = [](std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  if (spdlog::should_log(spdlog::level::debug)) {
+    int64_t cost = 0;
+    for (const auto& s : batch.samples) cost += sample_cost(m, *s);
+    spdlog::debug("{} batch of {} (cost {}): waited {:.1f} ms for an encoder, took {:.1f} ms",
+                  modality_name(m), batch.samples.size(), cost, ms(waited),
+                  ms(std::chrono::steady_clock::now() - started));
+  }
   return out;
 }
 

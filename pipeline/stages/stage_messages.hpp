@@ -3,6 +3,7 @@
 // prepare stage PreparedSamplePtr). All are cheap to copy: oneTBB copies messages between nodes.
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +20,8 @@ namespace precompute {
 struct ModalityBatch {
   Modality modality = Modality::kVideo;
   std::vector<PreparedSamplePtr> samples;
+  // When the router cut it: the time until an encoder takes it is the batch's wait (summary).
+  std::chrono::steady_clock::time_point cut_at{};
 };
 
 // What the writer must wait for before a sample is complete: sent once per sample, in seq order,

@@ -1,11 +1,13 @@
-"""The video benchmark's plot for docs/benchmarks.md, from the $OUT/video_bench.json that
-tools/bench/video_throughput.py writes on the GPU machine:
+"""The video benchmark's plot for docs/benchmarks.md, from the video_bench.json files that
+tools/bench/video_throughput.py writes on the GPU machine, one row of panels per clip set:
 
-  .venv/bin/python tools/bench/plot_video.py video_bench.json docs/video_throughput.png
+  .venv/bin/python tools/bench/plot_video.py docs/video_throughput.png \
+      "720p30 H.264, 10-s clips, 800=docs/data/video_bench_2026-11-30c.json" \
+      "1080p HEVC, 60-s clips, 24=docs/data/video_bench_hevc1080p_2026-12-01.json" ...
 
-(needs matplotlib: `.venv/bin/pip install matplotlib`). One group of bars per sampling: each
-measured decoder's clips/s over the whole process and over the run alone, and the issue's
-target as a line.
+Each set is "TITLE=JSON" (needs matplotlib: `.venv/bin/pip install matplotlib`). One panel per
+sampling: each measured row's clips/s over the whole process and over the run alone; on the
+720p H.264 set (the issue's targets are for it) the target as a line.
 """
 import json
 import sys
@@ -15,33 +17,39 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-TARGETS = {"fps1": 100, "nf4": 200}  # clips/s, whole process (issue 10)
-LABELS = {"fps1": "1 frame per second (10 a clip)", "nf4": "4 frames a clip"}
+TARGETS = {"fps1": 100, "nf4": 200}  # clips/s, whole process, 720p H.264 (issue 10)
+LABELS = {"fps1": "1 frame per second", "nf4": "4 frames a clip"}
+
+
+def short(who: str) -> str:
+    return (who.replace(" (cuda:0)", "").replace("precompute ", "precompute\n")
+            .replace("PyNvVideoCodec 8 threads", "PyNvVideoCodec\n8 threads"))
 
 
 def main() -> None:
-    rows = json.load(open(sys.argv[1]))
-    samplings = [s for s in ("fps1", "nf4") if any(r["sampling"] == s for r in rows)]
-    fig, axes = plt.subplots(1, len(samplings), figsize=(5.5 * len(samplings), 4.2), sharey=True)
-    axes = axes if len(samplings) > 1 else [axes]
-    for ax, sampling in zip(axes, samplings):
-        here = [r for r in rows if r["sampling"] == sampling]
-        names = [r["who"].replace(" (cuda:0)", "") for r in here]
-        x = range(len(here))
-        ax.bar([i - 0.2 for i in x], [r["whole_clips_per_s"] for r in here], 0.4,
-               label="whole process")
-        ax.bar([i + 0.2 for i in x], [r["run_clips_per_s"] for r in here], 0.4,
-               label="run only")
-        ax.axhline(TARGETS[sampling], color="red", linestyle="--", linewidth=1,
-                   label=f"target {TARGETS[sampling]} (whole process)")
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(names, fontsize=8)
-        ax.set_title(f"{LABELS[sampling]}, 800 clips, median of 3", fontsize=10)
-        ax.set_ylabel("clips/s")
-        ax.legend(fontsize=8)
-    fig.suptitle("720p30 H.264, ResNet-50 fp16, one H200 + 16 cores", fontsize=11)
+    out, sets = sys.argv[1], [a.split("=", 1) for a in sys.argv[2:]]
+    fig, axes = plt.subplots(len(sets), 2, figsize=(12, 3.6 * len(sets)), squeeze=False)
+    for row, (title, path) in enumerate(sets):
+        rows = json.load(open(path))
+        for col, sampling in enumerate(("fps1", "nf4")):
+            ax = axes[row][col]
+            here = [r for r in rows if r["sampling"] == sampling]
+            x = range(len(here))
+            ax.bar([i - 0.2 for i in x], [r["whole_clips_per_s"] for r in here], 0.4,
+                   label="whole process")
+            ax.bar([i + 0.2 for i in x], [r["run_clips_per_s"] for r in here], 0.4,
+                   label="run only")
+            if "720p30 H.264" in title:
+                ax.axhline(TARGETS[sampling], color="red", linestyle="--", linewidth=1,
+                           label=f"target {TARGETS[sampling]} (whole process)")
+            ax.set_xticks(list(x))
+            ax.set_xticklabels([short(r["who"]) for r in here], fontsize=7)
+            ax.set_title(f"{title}: {LABELS[sampling]}, median of 3", fontsize=9)
+            ax.set_ylabel("clips/s")
+            ax.legend(fontsize=7)
+    fig.suptitle("ResNet-50 fp16 at 224x224, one H200 + 16 cores", fontsize=11)
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=110)
+    fig.savefig(out, dpi=100)
 
 
 if __name__ == "__main__":

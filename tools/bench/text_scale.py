@@ -101,7 +101,7 @@ def busy_seconds(line: str) -> dict:
 
 
 def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, devices: list,
-                   dtype: str, tag: str, run_options: dict) -> dict:
+                   dtype: str, tag: str, run_options: dict, log_level: str = "info") -> dict:
     out = work / f"out-{tag}"
     cfg = {"input": {"manifest": str(manifest)},
            "output": {"path": str(out), "dtype": "float16", "shard_size": 8192,
@@ -117,7 +117,8 @@ def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, de
         util.start()
     before = os.times()
     t = time.perf_counter()
-    r = subprocess.run([str(binary), "run", "--config", str(cfg_path)], capture_output=True,
+    r = subprocess.run([str(binary), "run", "--config", str(cfg_path), "--log-level", log_level],
+                       capture_output=True,
                        text=True, env=binary_env(binary), timeout=900)
     wall = time.perf_counter() - t
     after = os.times()
@@ -171,6 +172,9 @@ def main() -> int:
     ap.add_argument("--peer-runs", type=int, default=None, help="default: --runs; 0: no peer")
     ap.add_argument("--run-option", action="append", default=[], metavar="KEY=JSON",
                     help="a key of precompute's run section, e.g. max_in_flight=65536")
+    ap.add_argument("--log-level", default="info",
+                    help="precompute's; debug logs each text batch's timeline (its log: "
+                         "--work/<devices>-<run>.log)")
     args = ap.parse_args()
     binary = args.binary or args.build / "tools" / "cli" / "precompute"
     args.work.mkdir(parents=True, exist_ok=True)
@@ -198,7 +202,8 @@ def main() -> int:
             results.append(summarise(
                 f"precompute ({name}{label})",
                 [run_precompute(binary, model_dir, manifest, args.work, devices, dtype,
-                                f"{name.replace(':', '').replace(',', '+')}-{k}", run_options)
+                                f"{name.replace(':', '').replace(',', '+')}-{k}", run_options,
+                                args.log_level)
                  for k in range(args.runs)]))
         except Exception as e:
             failed += 1
