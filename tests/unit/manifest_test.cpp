@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "pipeline/core/error.hpp"
@@ -152,6 +153,60 @@ TEST(ManifestTest, DuplicateIdsNameBothLines) {
   EXPECT_NE(e.find("id 'x' appears on line 1 and on line 3"), std::string::npos) << e;
   const auto c = error_of("id,text\na,1\nb,2\na,3\n", ManifestFormat::kCsv);
   EXPECT_NE(c.find("line 2 and on line 4"), std::string::npos) << c;
+}
+
+// Note [Parsing a manifest on every core]: blocks of 65,536 lines parsed on many threads, added
+// in order. 150,000 lines span three blocks.
+std::string many_lines(int n, const std::map<int, std::string>& replaced = {}) {
+  std::string text;
+  for (int line = 1; line <= n; ++line) {
+    const auto it = replaced.find(line);
+    text += it != replaced.end()
+                ? it->second
+                : "{\"id\": \"s" + std::to_string(line) + "\", \"text\": \"caption " +
+                      std::to_string(line) + "\"}";
+    text += line % 1000 == 0 ? "\r\n\n" : "\n";  // CRLF and blank lines here and there
+  }
+  return text;
+}
+
+TEST(ManifestTest, AManifestOfManyBlocksKeepsItsOrderAndLineNumbers) {
+  const auto samples = parse(many_lines(150'000), ManifestFormat::kJsonl);
+  ASSERT_EQ(samples.size(), 150'000u);
+  int64_t line = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    ASSERT_EQ(samples[i].seq, static_cast<int64_t>(i));
+    ASSERT_EQ(samples[i].id, std::string("s").append(std::to_string(i + 1)));
+    ASSERT_EQ(samples[i].text, std::string("caption ").append(std::to_string(i + 1)));
+    // Blank lines count: line k of the manifest is after (k - 1) / 1000 blank ones.
+    line += 1 + (i > 0 && i % 1000 == 0 ? 1 : 0);
+    ASSERT_EQ(samples[i].line, line) << i;
+  }
+}
+
+TEST(ManifestTest, TheFirstBadLineIsTheOneReportedWhateverTheThreadsMeetFirst) {
+  // Bad JSON late in the first block and early in the third; a duplicate id (of sample 5) and a
+  // NUL in an id in the second block. Lines: sample k is on line k + (k - 1) / 1000.
+  const auto line_of = [](int k) { return k + (k - 1) / 1000; };
+  std::map<int, std::string> bad = {
+      {140'000, "{not json"},
+      {90'000, "{\"id\": \"s5\", \"text\": \"again\"}"},
+      {120'000, "{\"id\": \"a\\u0000b\", \"text\": \"x\"}"},
+  };
+  auto e = error_of(many_lines(150'000, bad), ManifestFormat::kJsonl);
+  EXPECT_NE(e.find("id 's5' appears on line 5 and on line " + std::to_string(line_of(90'000))),
+            std::string::npos)
+      << e;
+  bad.erase(90'000);
+  e = error_of(many_lines(150'000, bad), ManifestFormat::kJsonl);
+  EXPECT_NE(e.find("m line " + std::to_string(line_of(120'000)) + ": the id"), std::string::npos)
+      << e;
+  bad.erase(120'000);
+  bad[60'000] = "{\"id\": \"late\"}";  // no modality: the first block's last bad line
+  e = error_of(many_lines(150'000, bad), ManifestFormat::kJsonl);
+  EXPECT_NE(e.find("m line " + std::to_string(line_of(60'000)) + ": sample 'late' has none"),
+            std::string::npos)
+      << e;
 }
 
 TEST(ManifestTest, CsvHandlesQuotesDelimitersAndNewlines) {
