@@ -8,7 +8,6 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
-#include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -247,40 +246,10 @@ Output open_output(const Config& config, const RunContext& context, const Input&
   return output;
 }
 
-// Note [Loading the encoders while the input is read]
-// Loading the encoders needs only the config: CUDA's start, the weights read and converted, a
-// warm-up batch (1.7 s for BERT-base on the GPU machine, far more for large video models).
-// Reading the input needs only the manifest (1,000,000 captions took seconds). So the loading
-// starts on a thread of its own before the input is read, and the run takes the encoders where
-// it used to load them (load_and_calibrate()), after the input and the output folder have been
-// checked: an error of the loading surfaces at the same step as before, and nothing in the
-// output changes before it. An input that is refused is reported once the loading has ended
-// (its result, or its error, is dropped). The summary's "more to load the encoders" is the time
-// the run waited for the loading once the input was read, not the loading's own time (each
-// encoder's line still says that).
-class EncoderLoading {
- public:
-  explicit EncoderLoading(const Config& config)
-      : loading_(std::async(std::launch::async, [&config] {
-          spdlog::info("compute: {}", describe_devices());
-          return load_encoders(config);
-        })) {}
-
-  // The loaded encoders (rethrows the loading's error), and how long this call waited.
-  std::pair<EncoderPools, double> take() {
-    const auto started = Clock::now();
-    auto pools = loading_.get();
-    return {std::move(pools), seconds_since(started)};
-  }
-
- private:
-  std::future<EncoderPools> loading_;  // its destructor waits for a loading not taken
-};
-
 // The encoders and decoders, ready, and what they and the device budget decided.
 struct Calibrated {
   EncoderPools pools;
-  double load_seconds = 0.0;  // waiting for the encoders' loading (Note [Loading the encoders ...])
+  double load_seconds = 0.0;  // loading and warming up the encoders
   SamplePreparer preparer;
   int decode_threads = 1;
   ShardMeta meta;               // what every shard of this run records
@@ -288,8 +257,11 @@ struct Calibrated {
 };
 
 Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats,
-                              const Config& recorded, EncoderLoading& loading) {
-  auto [pools, load_seconds] = loading.take();
+                              const Config& recorded) {
+  spdlog::info("compute: {}", describe_devices());
+  const auto load_started = Clock::now();
+  auto pools = load_encoders(config);
+  const double load_seconds = seconds_since(load_started);
   // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
   // which may refuse the run.
   SamplePreparer preparer(config, stats);
@@ -561,9 +533,8 @@ RunSummary summarise(const Config& config, const Input& input, const Calibrated&
 // Note [Refuse before touching the output]
 // The order of the steps is deliberate: the input is read, the folder is locked (which only
 // creates it and its lock file), the earlier run's index is read without changing anything for
-// the checks that may refuse a resume, the encoders are taken from their loading (which began
-// beside the input's reading, Note [Loading the encoders while the input is read], and touches
-// no file of the output), the decoders and tokenizer set up and the memory budget calibrated. Only then does plan() remove earlier files
+// the checks that may refuse a resume, the encoders are loaded (and the decoders and tokenizer
+// set up) and the memory budget calibrated. Only then does plan() remove earlier files
 // (--overwrite) or repair them (a resume), so a run that is refused leaves the earlier output
 // as it was.
 
@@ -599,7 +570,7 @@ void check_same_split(const Output& output, const Input& input, const Config& wo
 }
 
 RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
-                    Clock::time_point run_started, RunStats& stats, EncoderLoading& loading) {
+                    Clock::time_point run_started, RunStats& stats) {
   const Partition& part = context.partition;
   const auto total = static_cast<int64_t>(input.samples.size());
   const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
@@ -658,7 +629,7 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
   record.state = "running";
   write_rank_record(work.output.path, record);
   try {
-    const Calibrated calibrated = load_and_calibrate(work, output, stats, config, loading);
+    const Calibrated calibrated = load_and_calibrate(work, output, stats, config);
     Planned planned = plan(work, context, input, output, calibrated, span);
     const Executed executed = execute(work, input, calibrated, planned, stats);
     summary = summarise(work, input, calibrated, planned, executed, stats, run_started);
@@ -695,13 +666,10 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   const auto run_started = Clock::now();
   configure_torch_threads(config.run.torch_threads);
   RunStats stats;
-  EncoderLoading loading(config);  // Note [Loading the encoders while the input is read]
   const Input input = read_checked_input(config);
-  if (context.partition.split()) {
-    return run_rank(config, context, input, run_started, stats, loading);
-  }
+  if (context.partition.split()) return run_rank(config, context, input, run_started, stats);
   const Output output = open_output(config, context, input);
-  const Calibrated calibrated = load_and_calibrate(config, output, stats, config, loading);
+  const Calibrated calibrated = load_and_calibrate(config, output, stats, config);
   // Nothing can refuse the run any more: the folder may change now.
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
   Planned planned = plan(config, context, input, output, calibrated, whole);

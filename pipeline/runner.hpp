@@ -41,9 +41,7 @@ struct RunSummary {
   int64_t peak_decoded_bytes = 0;  // decoded samples held in the pipeline at once, at most
   std::vector<DeviceMemoryPeak> device_memory;  // per CUDA device used
   double seconds = 0.0;        // from reading the input to the last commit, encoder loading aside
-  // Waiting for the encoders' loading once the input was read (it runs beside the reading:
-  // Note [Loading the encoders while the input is read] in runner.cpp).
-  double load_seconds = 0.0;
+  double load_seconds = 0.0;   // loading and warming up the encoders
   std::map<std::string, double> busy_seconds;  // working time of the serial and encode stages
   std::filesystem::path output;
 

@@ -87,20 +87,6 @@ def test_invalid_manifest_exits_65_naming_both_lines(binary, small, tmp_path):
     assert not (tmp_path / "out").exists(), "nothing may be written for an invalid manifest"
 
 
-def test_a_bad_manifest_is_reported_before_a_bad_model_loading_beside_it(binary, small,
-                                                                          tmp_path):
-    # The encoders load while the input is read (Note [Loading the encoders while the input is
-    # read]): the input's error still wins, and the output is not created.
-    fake = tmp_path / "fake.pt"
-    fake.write_bytes(b"not a model")
-    small["video"]["encoder"]["path"] = str(fake)
-    write_manifest(tmp_path / "m.jsonl", [{"id": "x", "text": "1"}, {"id": "x", "text": "2"}])
-    r = run_precompute(binary, tmp_path, small, expect=65)
-    assert "id 'x' appears on line 1 and on line 2" in r.stderr
-    assert "cannot load TorchScript model" not in r.stderr
-    assert not (tmp_path / "out").exists()
-
-
 def test_unwritable_output_exits_73_before_decoding(binary, small, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
