@@ -134,15 +134,6 @@ class SampleCollector {
              ": sample '", spec.id, "' has none of 'video', 'audio', 'text'; give at least one");
   }
 
-  // Room for `more` samples beyond those added, grown geometrically (a block of lines at a time
-  // would otherwise rehash the ids at every block).
-  void expect(size_t more) {
-    const size_t needed = samples_.size() + more;
-    if (needed <= samples_.capacity()) return;
-    samples_.reserve(std::max(needed, 2 * samples_.capacity()));
-    first_line_.reserve(samples_.capacity());
-  }
-
   // Adds a sample that passed check(): what needs the samples before it (unique ids).
   void add_checked(SampleSpec spec) {
     const auto [it, inserted] = first_line_.emplace(spec.id, spec.line);
@@ -358,7 +349,6 @@ std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::pat
                           }
                         }
                       });
-    samples.expect(parsed.size());
     for (auto& p : parsed) {
       if (p.error) std::rethrow_exception(p.error);
       if (p.spec) samples.add_checked(std::move(*p.spec));

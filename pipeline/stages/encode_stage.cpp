@@ -136,10 +136,10 @@ EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
                                                 std::memory_order_relaxed);
   stats_->batches_done[modality_index(m)].fetch_add(1, std::memory_order_relaxed);
   // A timeline of the encoders at debug level: how long each batch waited and took.
-  const auto ms = [](std::chrono::steady_clock::duration d) {
-    return std::chrono::duration<double, std::milli>(d).count();
-  };
   if (spdlog::should_log(spdlog::level::debug)) {
+    const auto ms = [](std::chrono::steady_clock::duration d) {
+      return std::chrono::duration<double, std::milli>(d).count();
+    };
     int64_t cost = 0;
     for (const auto& s : batch.samples) cost += sample_cost(m, *s);
     spdlog::debug("{} batch of {} (cost {}): waited {:.1f} ms for an encoder, took {:.1f} ms",

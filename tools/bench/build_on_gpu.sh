@@ -275,8 +275,8 @@ torch_bound=$(LD_BIND_NOW=1 LD_DEBUG=bindings "$binary" --version 2>&1 |
 say "  std::filesystem symbols of $binary bound to LibTorch's copies: $torch_bound (first" \
   "DT_NEEDED: $(readelf -d "$binary" | grep -m1 NEEDED | awk '{print $5}'))"
 if [ "$torch_bound" != 0 ]; then
-  # What to look at for the Note's open question: the libraries the binary names, and the link
-  # line that named them (written to the log, its libstdc++ and as-needed parts shown).
+  # Should it come back: the libraries the binary names, and the link line that named them
+  # (written to the log, its libstdc++ and as-needed parts shown).
   say "  DT_NEEDED of $binary: $(readelf -d "$binary" | awk '/NEEDED/ {printf "%s ", $5}')"
   if [ -f "$build_dir/build.ninja" ]; then
     link_line=$(ninja -C "$build_dir" -t commands tools/cli/precompute 2>/dev/null | tail -n 1)

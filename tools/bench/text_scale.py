@@ -26,12 +26,11 @@ import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from text_throughput import binary_env, make_data, parse_summary  # noqa: E402
+from text_throughput import GpuMemorySampler, binary_env, make_data, parse_summary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BUSY = re.compile(r"busy:((?: [a-z ]+? [\d.]+ s)+)")
@@ -60,37 +59,11 @@ print(json.dumps({"run_s": run_s, "n": emb.shape[0], "ready_s": t - t0}))
 '''
 
 
-class Utilisation:
-    """nvidia-smi's utilization.gpu per GPU, every 100 ms, while a process runs."""
-
-    def __init__(self) -> None:
-        self.samples: dict = {}
-        self.proc = None
-
-    def start(self) -> None:
-        try:
-            self.proc = subprocess.Popen(
-                ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits",
-                 "-lms", "100"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        except OSError:
-            self.proc = None
-            return
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                index, util = (int(v) for v in line.split(","))
-            except ValueError:
-                continue
-            self.samples.setdefault(index, []).append(util)
-
-    def stop(self) -> dict:
-        if self.proc is None:
-            return {}
-        self.proc.terminate()
-        self.proc.wait()
-        return {f"gpu{k}": round(statistics.mean(v), 1) for k, v in sorted(self.samples.items())}
+def child_cpu_seconds(before: os.times_result) -> float:
+    """CPU seconds (user + system) of the child processes waited for since `before`."""
+    after = os.times()
+    return (after.children_user - before.children_user) + (after.children_system
+                                                            - before.children_system)
 
 
 def busy_seconds(line: str) -> dict:
@@ -112,26 +85,28 @@ def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, de
                     "tokenizer": {"vocab": str(model_dir / "vocab.txt"), "max_length": 256}}}
     cfg_path = work / f"{tag}.yaml"
     cfg_path.write_text(json.dumps(cfg))
-    util = Utilisation() if any(d.startswith("cuda") for d in devices) else None
-    if util:
-        util.start()
+    sampler = (GpuMemorySampler(utilisation=True)
+               if any(d.startswith("cuda") for d in devices) and GpuMemorySampler.available()
+               else None)
+    if sampler:
+        sampler.start()
     before = os.times()
     t = time.perf_counter()
     r = subprocess.run([str(binary), "run", "--config", str(cfg_path), "--log-level", log_level],
                        capture_output=True,
                        text=True, env=binary_env(binary), timeout=900)
     wall = time.perf_counter() - t
-    after = os.times()
-    utilisation = util.stop() if util else {}
+    cpu_s = child_cpu_seconds(before)
+    if sampler:
+        sampler.stop()
     (work / f"{tag}.log").write_text(r.stderr + r.stdout)
     if r.returncode != 0:
         raise RuntimeError(f"precompute {tag}: exit {r.returncode}: {(r.stderr + r.stdout)[-2000:]}")
     s = parse_summary(r.stderr + r.stdout)
     return {"n": s["samples"], "whole_s": wall, "run_s": s["seconds"],
             "load_s": s.get("load_seconds"), "busy": busy_seconds(s["line"]),
-            "cpu_s": (after.children_user - before.children_user)
-            + (after.children_system - before.children_system),
-            "gpu_util_mean": utilisation, "peak_rss_mb": s.get("peak_rss_mb")}
+            "cpu_s": cpu_s, "gpu_util_mean": sampler.utilisation_means() if sampler else {},
+            "peak_rss_mb": s.get("peak_rss_mb")}
 
 
 def run_peer(model_dir: Path, manifest: Path, device: str) -> dict:

@@ -311,13 +311,15 @@ def reference(model_dir: Path, sub_texts: dict, args) -> dict:
 
 class GpuMemorySampler:
     """nvidia-smi every 100 ms: the peak memory of one process id, and the peak of the whole GPU
-    (for containers whose nvidia-smi shows other process ids, or none)."""
+    (for containers whose nvidia-smi shows other process ids, or none); with `utilisation`, also
+    each GPU's utilization.gpu samples (text_scale.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, utilisation: bool = False) -> None:
         self.pid = None
         self.by_pid = {}
         self.total_peak = None
         self.total_before = None
+        self.utilisation = {} if utilisation else None  # GPU index -> samples (%)
         self.procs = []
         self.threads = []
 
@@ -339,6 +341,8 @@ class GpuMemorySampler:
             "apps": ["--query-compute-apps=pid,used_memory"],
             "total": ["--query-gpu=memory.used"],
         }
+        if self.utilisation is not None:
+            queries["util"] = ["--query-gpu=index,utilization.gpu"]
         for kind, q in queries.items():
             p = subprocess.Popen(["nvidia-smi", *q, "--format=csv,noheader,nounits", "-lms", "100"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -357,6 +361,8 @@ class GpuMemorySampler:
                 elif kind == "total" and len(parts) == 1:
                     v = float(parts[0])
                     self.total_peak = v if self.total_peak is None else max(self.total_peak, v)
+                elif kind == "util" and len(parts) == 2:
+                    self.utilisation.setdefault(int(parts[0]), []).append(float(parts[1]))
             except ValueError:
                 continue
 
@@ -370,6 +376,11 @@ class GpuMemorySampler:
                 p.kill()
         for th in self.threads:
             th.join(timeout=5)
+
+    def utilisation_means(self) -> dict:
+        """Mean utilization.gpu per GPU over the sampling, e.g. {"gpu0": 58.7}."""
+        return {f"gpu{k}": round(sum(v) / len(v), 1)
+                for k, v in sorted((self.utilisation or {}).items()) if v}
 
     def peak_for(self, pid: int):
         if pid in self.by_pid:

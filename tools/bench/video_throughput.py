@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from text_throughput import binary_env  # the same GPU build's environment (same folder)
-from text_scale import busy_seconds
+from text_scale import busy_seconds, child_cpu_seconds
 
 WORK = Path("/tmp/video-bench")
 SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s")
@@ -80,7 +80,7 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
                         "0", "--log-level", log_level], capture_output=True, text=True,
                        env=binary_env(binary), timeout=900)
     wall = time.perf_counter() - t
-    after = os.times()
+    cpu_s = child_cpu_seconds(before)
     (WORK / f"{tag}.log").write_text(r.stderr)
     if r.returncode != 0:
         raise RuntimeError(f"precompute {tag}: exit {r.returncode}: {r.stderr[-2000:]}")
@@ -94,8 +94,7 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
             "on_nvdec": int(g.group(1)) if g else 0, "summary": line.strip(),
             "busy": busy_seconds(line),
             # CPU seconds of the process (user + system): what a clip costs the cores.
-            "cpu_s": (after.children_user - before.children_user)
-            + (after.children_system - before.children_system)}
+            "cpu_s": cpu_s}
 
 
 PEER = r'''
@@ -154,13 +153,12 @@ def run_peer(model: Path, files: list, sampling: str, threads: int) -> dict:
     r = subprocess.run([sys.executable, str(script), str(model), str(listing), sampling,
                         str(threads)], capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - t
-    after = os.times()
+    cpu_s = child_cpu_seconds(before)
     if r.returncode != 0:
         raise RuntimeError(f"PyNvVideoCodec: exit {r.returncode}: {r.stderr[-2000:]}")
     got = json.loads(r.stdout.strip().splitlines()[-1])
     return {"clips": len(files), "whole_s": wall, "run_s": got["run_s"], "frames": got["frames"],
-            "cpu_s": (after.children_user - before.children_user)
-            + (after.children_system - before.children_system)}
+            "cpu_s": cpu_s}
 
 
 def main() -> int:
