@@ -516,7 +516,8 @@ DecodeTimes& thread_decode_times() {
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
                       const FrameSink& sink, const Deadline& deadline,
                       const std::filesystem::path& file, const BeforeRead& before_read,
-                      const BeforeSend& before_send, AVBSFContext* filter) {
+                      const BeforeSend& before_send, AVBSFContext* filter, bool* drained) {
+  if (drained != nullptr) *drained = false;
   int64_t last_dts = AV_NOPTS_VALUE;
   PacketPtr packet = make_packet();
   FramePtr frame = make_frame();
@@ -621,6 +622,7 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
   // End of input: a null packet puts the decoder in draining mode to return its delayed frames;
   // receive then ends with AVERROR_EOF, the normal end.
   const int flushed = avcodec_send_packet(codec, nullptr);
+  if (drained != nullptr) *drained = true;
   if (flushed < 0) {
     tolerate("avcodec_send_packet (flush)", flushed);
   } else {

@@ -231,9 +231,13 @@ using BeforeSend = std::function<void(const AVPacket& packet)>;
 // With `filter`, a bitstream filter that makes one packet of each (the Annex B conversion of a
 // kept decoder), packets pass through it on their way to the decoder; `before_send` still sees
 // the packet as read.
+// With `drained`, it is told whether the decoder was put in draining mode (the end of the input
+// reached, a null packet sent): such a decoder takes no packets until it is flushed, while one
+// that `sink` stopped early takes the next packets as they come (a kept decoder's next file).
 int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecContext* codec,
                       const FrameSink& sink, const Deadline& deadline,
                       const std::filesystem::path& file, const BeforeRead& before_read = {},
-                      const BeforeSend& before_send = {}, AVBSFContext* filter = nullptr);
+                      const BeforeSend& before_send = {}, AVBSFContext* filter = nullptr,
+                      bool* drained = nullptr);
 
 }  // namespace precompute::ffmpeg

@@ -21,11 +21,11 @@
 // - Between files the decoder is flushed, as after a seek (Note [Seeking to what is sampled] in
 //   video_decoder.cpp): nothing of the previous file is output. For HEVC that is all a new file
 //   costs. FFmpeg's H.264 decoder sets its hwaccel up anew after a flush (Note [Seeking without a
-//   flush] there), so H.264 still remakes the NVDEC decoder once a file. Ending each file with
-//   end-of-sequence packets instead (each returns one delayed frame, and no flush is needed)
-//   was tried and fails: the decoder then drops the next file's first frames, whose picture
-//   order counts are below the last one it output (KeptDecoder.FilesInARow... in
-//   tests/unit/video_decoder_test.cpp caught it).
+//   flush] there), so H.264 files in a row skip the flush where they can (Note [Files in a row
+//   without a flush], below). Ending each file with end-of-sequence packets instead (each
+//   returns one delayed frame, and no flush is needed) was tried and fails: the decoder then
+//   drops the next file's first frames, whose picture order counts are below the last one it
+//   output (KeptDecoder.FilesInARow... in tests/unit/video_decoder_test.cpp caught it).
 // - A new file with other dimensions or another pixel format makes FFmpeg ask get_format again
 //   and set NVDEC up anew, as a change inside one stream would; a file of another codec gets a
 //   new decoder. What stays from file to file is what is not per picture: the NVDEC decoder,
@@ -37,6 +37,27 @@
 // - A file that fails part-way closes the decoder: the next file never meets a decoder left in
 //   an unknown state.
 // H.264 and HEVC only, the codecs with such a filter; others get a decoder per file.
+
+// Note [Files in a row without a flush]
+// A flush made FFmpeg's H.264 decoder remake the NVDEC decoder at every file, about 150 ms on an
+// H200 against 1 ms a frame (docs/benchmarks.md, "NVDEC"). A file whose first picture packet
+// holds an IDR slice needs no flush, for the reason a seek onto one needs none (Note [Seeking
+// without a flush] in video_decoder.cpp): the IDR drops every reference picture and restarts
+// the picture order count, and FFmpeg outputs every picture queued before an IDR ahead of it,
+// so the previous file's pictures still in the reorder buffer come out first, in their order.
+// They are told apart by a tag: each file sets the decoder's reordered_opaque, which FFmpeg
+// copies into the pictures it starts while the file's packets go in (FileUse::owns), and the
+// caller drops pictures of other files before counting them. Otherwise, as before, a flush:
+// - when the previous file drained the decoder (read to its end: a draining decoder takes no
+//   packets until flushed; a file that reached its last target earlier leaves it taking them),
+// - when this file's first picture packet is no IDR (an open GOP's I-frame, a recovery point),
+//   which the caller finds out as the packet goes in (FileUse::first_packet),
+// - after a full-range file decoded on the CPU (full_range_format, below),
+// - for HEVC, whose flush keeps the NVDEC decoder, and with FFmpeg 7 and later, where
+//   reordered_opaque is gone.
+// Parameter sets (SPS, PPS) survive a flush and the lack of one alike; SEI is read anew with
+// every picture. The CPU tests decode the same files in a row both ways, bit for bit against a
+// decoder of their own per file, and count the files that skipped the flush.
 
 namespace precompute {
 
@@ -74,7 +95,47 @@ void starts_like_a_new_decoder(AVCodecContext& codec, const AVCodecParameters& p
   codec.sample_aspect_ratio = parameters.sample_aspect_ratio;
 }
 
+// Note [Files in a row without a flush]: the tag each file puts on its pictures. FFmpeg 5 and 6
+// carry AVCodecContext::reordered_opaque into the pictures they start; FFmpeg 7 dropped it
+// (its packets' opaque fields would do, through the Annex B filter too, not written here).
+#if LIBAVCODEC_VERSION_MAJOR < 61
+constexpr bool kTagsPictures = true;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+void tag_pictures(AVCodecContext& codec, int64_t tag) { codec.reordered_opaque = tag; }
+int64_t picture_tag(const AVFrame& frame) { return frame.reordered_opaque; }
+#pragma GCC diagnostic pop
+#else
+constexpr bool kTagsPictures = false;
+void tag_pictures(AVCodecContext&, int64_t) {}
+int64_t picture_tag(const AVFrame&) { return 0; }
+#endif
+
+// FFmpeg's full-range ("J") formats, which its CPU H.264 decoder picks for a full-range stream
+// and keeps, without a flush, for the next stream of the same size (it compares formats without
+// the J): a limited-range file would come out as full range (the tests caught it). NVDEC's
+// pictures are AV_PIX_FMT_CUDA, never one of these.
+bool full_range_format(AVPixelFormat format) {
+  return format == AV_PIX_FMT_YUVJ420P || format == AV_PIX_FMT_YUVJ422P ||
+         format == AV_PIX_FMT_YUVJ444P || format == AV_PIX_FMT_YUVJ440P ||
+         format == AV_PIX_FMT_YUVJ411P;
+}
+
 }  // namespace
+
+bool KeptDecoder::FileUse::owns(const AVFrame& frame) const {
+  return !kTagsPictures || picture_tag(frame) == owner_->generation_;
+}
+
+void KeptDecoder::FileUse::first_packet(bool idr) {
+  PC_ASSERT(flush_unless_idr_, "a kept decoder's first packet decided twice");
+  flush_unless_idr_ = false;
+  if (idr) {
+    ++owner_->unflushed_;
+  } else {
+    avcodec_flush_buffers(owner_->codec_.get());
+  }
+}
 
 bool KeptDecoder::takes(const AVStream* stream) {
   const char* name = annex_b_filter_name(stream->codecpar->codec_id);
@@ -84,6 +145,7 @@ bool KeptDecoder::takes(const AVStream* stream) {
 KeptDecoder::FileUse::FileUse(FileUse&& other) noexcept
     : owner_(std::exchange(other.owner_, nullptr)),
       filter_(std::move(other.filter_)),
+      flush_unless_idr_(other.flush_unless_idr_),
       finished_(other.finished_) {}
 
 KeptDecoder::FileUse::~FileUse() {
@@ -112,9 +174,15 @@ KeptDecoder::FileUse KeptDecoder::begin(const AVStream* stream, int64_t max_pixe
                  "): ", ffmpeg::error_text(done));
 
   if (codec_ && (codec_id_ != parameters.codec_id || max_pixels_ != max_pixels)) codec_.reset();
+  bool flush_unless_idr = false;
   if (codec_) {
-    avcodec_flush_buffers(codec_.get());
     ++reuses_;
+    if (parameters.codec_id == AV_CODEC_ID_H264 && !drained_ && kTagsPictures &&
+        !full_range_format(codec_->pix_fmt)) {
+      flush_unless_idr = true;
+    } else {
+      avcodec_flush_buffers(codec_.get());
+    }
   } else {
     ffmpeg::CodecParametersPtr bare(avcodec_parameters_alloc());
     if (!bare || avcodec_parameters_copy(bare.get(), &parameters) < 0) throw std::bad_alloc();
@@ -125,11 +193,14 @@ KeptDecoder::FileUse KeptDecoder::begin(const AVStream* stream, int64_t max_pixe
     codec_id_ = parameters.codec_id;
     max_pixels_ = max_pixels;
   }
+  drained_ = false;
   starts_like_a_new_decoder(*codec_, parameters);
   codec_->pkt_timebase = stream->time_base;
   codec_->skip_frame = AVDISCARD_DEFAULT;
+  ++generation_;
+  tag_pictures(*codec_, generation_);
   in_use_ = true;
-  FileUse use(this, std::move(filter));
+  FileUse use(this, std::move(filter), flush_unless_idr);
 
   // This file's parameter sets, before any of its pictures.
   const AVCodecParameters* sets = use.filter()->par_out;

@@ -34,14 +34,29 @@ class KeptDecoder {
     // The packets' way to the decoder (ffmpeg::decode_stream's `filter`).
     AVBSFContext* filter() const { return filter_.get(); }
     // The file was decoded to its end or to its last target; the decoder stays open.
-    void finish() { finished_ = true; }
+    // `drained`: it was put in draining mode (ffmpeg::decode_stream's `drained`), so the next
+    // file must flush it.
+    void finish(bool drained) {
+      finished_ = true;
+      owner_->drained_ = drained;
+    }
+    // The previous file's pictures were not flushed out (Note [Files in a row without a flush]
+    // in kept_decoder.cpp), and the file's first packet is still to come: the caller tells
+    // first_packet() whether it holds an IDR slice (h264_packet_has_idr in video_decoder.cpp)
+    // before it goes in, and the decoder is flushed if not.
+    bool flush_unless_idr() const { return flush_unless_idr_; }
+    void first_packet(bool idr);
+    // Whether `frame` is one of this file's pictures, not one the previous file left in the
+    // decoder's reorder buffer.
+    bool owns(const AVFrame& frame) const;
 
    private:
     friend class KeptDecoder;
-    FileUse(KeptDecoder* owner, ffmpeg::BsfContextPtr filter)
-        : owner_(owner), filter_(std::move(filter)) {}
+    FileUse(KeptDecoder* owner, ffmpeg::BsfContextPtr filter, bool flush_unless_idr)
+        : owner_(owner), filter_(std::move(filter)), flush_unless_idr_(flush_unless_idr) {}
     KeptDecoder* owner_;
     ffmpeg::BsfContextPtr filter_;
+    bool flush_unless_idr_ = false;
     bool finished_ = false;
   };
 
@@ -53,6 +68,8 @@ class KeptDecoder {
 
   // Files that found the decoder open, for the tests and the debug log.
   int64_t reuses() const { return reuses_; }
+  // Of those, the files that began without a flush (Note [Files in a row without a flush]).
+  int64_t unflushed() const { return unflushed_; }
 
  private:
   AVBufferRef* hw_device_;
@@ -60,7 +77,10 @@ class KeptDecoder {
   AVCodecID codec_id_ = AV_CODEC_ID_NONE;
   int64_t max_pixels_ = 0;
   bool in_use_ = false;
+  bool drained_ = false;      // the last file put the decoder in draining mode
+  int64_t generation_ = 0;    // this file's tag on its pictures (AVCodecContext::reordered_opaque)
   int64_t reuses_ = 0;
+  int64_t unflushed_ = 0;
 };
 
 }  // namespace precompute

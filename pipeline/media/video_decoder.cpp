@@ -634,6 +634,10 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   constexpr size_t kShownLimit = 64;  // well past any decoder's reorder depth (H.264: 16)
   const bool skipping = options.seek;
   const auto before_send = [&](const AVPacket& packet) {
+    // Note [Files in a row without a flush] in kept_decoder.cpp: the file's first packet decides.
+    if (kept_use && kept_use->flush_unless_idr()) {
+      kept_use->first_packet(h264_packet_has_idr(packet, *stream->codecpar));
+    }
     if (flush_unless_idr) {
       flush_unless_idr = false;
       if (!h264_packet_has_idr(packet, *stream->codecpar)) avcodec_flush_buffers(codec);
@@ -726,6 +730,8 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   };
 
   const auto sink = [&](AVFrame* frame) -> bool {
+    // The previous file's last pictures, out of a kept decoder that was not flushed.
+    if (kept_use && !kept_use->owns(*frame)) return true;
     if (first_frame_ms < 0) first_frame_ms = ms_since_start();
     PC_MEDIA_CHECK(++decoded <= options.max_decoded_frames, FailureCategory::kTooLong,
                    file.string(), ": decoded more than ", options.max_decoded_frames,
@@ -771,17 +777,18 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     frame_number = number;
     return true;
   };
+  bool drained = false;
   ffmpeg::decode_stream(input.format(), stream, codec, sink, deadline, file, before_read,
-                        before_send, packet_filter);
+                        before_send, packet_filter, &drained);
   if ((awaiting_key || undo_pending) && next < count) {
     // The file ended before the keyframe a seek was for: undo it and decode on from the start.
     undo_pending = true;
     before_read(AV_NOPTS_VALUE);
     ffmpeg::decode_stream(input.format(), stream, codec, sink, deadline, file, before_read,
-                          before_send, packet_filter);
+                          before_send, packet_filter, &drained);
   }
-  // The kept decoder (if any) is left in a known state: the next file flushes it.
-  if (kept_use) kept_use->finish();
+  // The kept decoder (if any) is left in a known state for the next file.
+  if (kept_use) kept_use->finish(drained);
   out.decoded_frames = decoded;
   spdlog::debug("{}: {} in {:.1f} ms: opened after {:.1f} ms, first frame after {:.1f} ms, {} "
                 "frames decoded, {} seek(s){}",
