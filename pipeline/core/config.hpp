@@ -213,7 +213,7 @@ struct EncoderSection {
       Spec().in_fingerprint())                                                                  \
   KEY(bool, seek, true, "seek to keyframes and drop frames nobody keeps (same frames)",         \
       Spec().in_record())                                                                       \
-  KEY(VideoDecoderKind, decoder, VideoDecoderKind::kCpu, "cpu, nvdec or auto",                  \
+  KEY(VideoDecoderKind, decoder, VideoDecoderKind::kAuto, "auto, cpu or nvdec",                 \
       Spec().in_record())                                                                       \
   KEY(int, nvdec_sessions, 4, "NVDEC sessions per GPU of video.device",                         \
       Spec().range(count(1, 64).noted("per GPU")).in_record())

@@ -6,7 +6,11 @@ extern "C" {
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
 #include <stdexcept>
 #include <utility>
 
@@ -185,23 +189,58 @@ void NvdecSession::to_rgb(const GpuRgbParams&, uint8_t*) {
 
 #endif
 
+// Note [Opening and closing sessions side by side]
+// A session's CUDA context, and at the end its kept NVDEC decoder, take a while to make and to
+// destroy, mostly waiting on the driver: one after the other, 7 sessions added about 1.4 s to
+// a run on an H200 (the whole process against the run's own clock, docs/benchmarks.md, "NVDEC
+// beside the CPU decoders"). So the pool opens them on a thread each, and closes them so too.
+// The first error, in session order, is the one reported.
 NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
     : devices_(devices) {
   // Interleaved by GPU, so that leases taken in order spread over the GPUs.
-  for (int i = 0; i < sessions_per_device; ++i) {
-    for (const int device : devices) {
-      try {
-        sessions_.push_back(std::make_unique<NvdecSession>(device));
-      } catch (const std::exception& e) {
-        throw std::runtime_error(fmt::format("NVDEC session {} of {} on cuda:{}: {}", i + 1,
-                                             sessions_per_device, device, e.what()));
-      }
+  const size_t count = devices.size() * static_cast<size_t>(std::max(0, sessions_per_device));
+  sessions_.resize(count);
+  std::vector<std::string> errors(count);
+  {
+    std::vector<std::thread> openers;
+    openers.reserve(count);
+    for (size_t k = 0; k < count; ++k) {
+      openers.emplace_back([&, k] {
+        const int device = devices[k % devices.size()];
+        try {
+          sessions_[k] = std::make_unique<NvdecSession>(device);
+        } catch (const std::exception& e) {
+          errors[k] = fmt::format("NVDEC session {} of {} on cuda:{}: {}",
+                                  k / devices.size() + 1, sessions_per_device, device, e.what());
+        }
+      });
+    }
+    for (auto& opener : openers) opener.join();
+  }
+  for (const auto& error : errors) {
+    if (!error.empty()) {
+      close_all();
+      throw std::runtime_error(error);
     }
   }
   for (const auto& session : sessions_) free_.push_back(session.get());
 }
 
-NvdecPool::~NvdecPool() = default;
+NvdecPool::~NvdecPool() { close_all(); }
+
+void NvdecPool::close_all() noexcept {
+  std::vector<std::thread> closers;
+  for (auto& session : sessions_) {
+    if (!session) continue;
+    try {
+      closers.emplace_back([owned = std::move(session)]() mutable { owned.reset(); });
+    } catch (const std::exception&) {
+      session.reset();  // no thread to be had: closed here
+    }
+  }
+  for (auto& closer : closers) closer.join();
+  sessions_.clear();
+}
 
 NvdecSession* NvdecPool::take_locked() {
   // First in, first out: leases go round the sessions, and so round the GPUs (Note [Every

@@ -96,6 +96,9 @@ class NvdecPool {
  private:
   void release(NvdecSession* session);
   NvdecSession* take_locked();
+  // Every session, each on a thread of its own (Note [Opening and closing sessions side by
+  // side] in nvdec.cpp).
+  void close_all() noexcept;
 
   std::vector<std::unique_ptr<NvdecSession>> sessions_;
   std::vector<int> devices_;

@@ -87,7 +87,7 @@ TEST(ConfigTest, WrongTypesAndValuesNameTheKeyAndTheChoices) {
 
 TEST(ConfigTest, VideoDecoderChoices) {
   const std::string base = "video: {encoder: {path: v.pt}, sampling: {fps: 1}";
-  EXPECT_EQ(parse_config(base + "}\n", "/x").video.decoder, VideoDecoderKind::kCpu);
+  EXPECT_EQ(parse_config(base + "}\n", "/x").video.decoder, VideoDecoderKind::kAuto);
   EXPECT_EQ(parse_config(base + ", decoder: auto}\n", "/x").video.decoder,
             VideoDecoderKind::kAuto);
   EXPECT_EQ(parse_config(base + "}\n", "/x").video.nvdec_sessions, 4);
