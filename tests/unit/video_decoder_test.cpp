@@ -26,6 +26,7 @@
 #include "pipeline/core/pause_clock.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/kept_decoder.hpp"
+#include "pipeline/media/nvdec.hpp"
 #include "test_media.hpp"
 
 namespace precompute {
@@ -1285,6 +1286,19 @@ TEST(KeptDecoder, AFileThatFailsPartWayLeavesAFreshDecoderForTheNext) {
   EXPECT_EQ(kept.reuses(), 2) << "a decoder that failed part-way was used again";
   EXPECT_EQ(after.timestamps, expected.timestamps);
   EXPECT_TRUE(after.rgb == expected.rgb);
+}
+
+// Note [Opening and closing sessions side by side]: sessions open on a thread each, and a pool
+// that cannot open them all reports the first failure in session order, naming the GPU (no
+// machine has a cuda:63, with or without CUDA in the build).
+TEST(NvdecPoolTest, APoolThatCannotOpenItsSessionsNamesTheFirstOneAndTheGpu) {
+  try {
+    NvdecPool pool({63}, 3);
+    FAIL() << "a pool on cuda:63 opened";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("NVDEC session 1 of 3 on cuda:63: ", 0), 0U) << what;
+  }
 }
 
 }  // namespace
