@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <type_traits>
 #include <utility>
@@ -127,6 +128,24 @@ void check_device(const std::string& device, const std::string& key) {
   }
   PC_CHECK(cpu || cuda, ConfigError, "config key '", key, "' has device '", shown(device),
            "'; use cpu, cuda or cuda:N (N from 0 to 9999)");
+}
+
+// A device listed twice would run one encoder there all the same (the run loads one per device),
+// so the list says something the run does not do: refused, as a typo more likely than a wish.
+// "cuda:07" is "cuda:7"; "cuda" (the current device) is told apart from "cuda:0" only when the
+// encoders load, which loads one for both.
+void check_devices_once(const std::vector<std::string>& devices, const std::string& key) {
+  std::set<std::string> seen;
+  for (const auto& device : devices) {
+    std::string canonical = device;
+    if (device.rfind("cuda:", 0) == 0) {
+      const size_t digits = device.find_first_not_of('0', 5);
+      canonical = digits == std::string::npos ? "cuda:0" : "cuda:" + device.substr(digits);
+    }
+    PC_CHECK(seen.insert(canonical).second, ConfigError, "config key '", key, "' lists device '",
+             shown(device), "' twice; list each device once (each GPU already runs several "
+             "encode calls at once)");
+  }
 }
 
 std::string_view flag_name(const ConfigField& f) { return f.flag.name(); }
@@ -286,6 +305,7 @@ void check_value(const ConfigField& f, const T& value) {
     for (const float v : value) check_bound(f.key, *f.bound, flag_name(f), v);
   } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
     for (const auto& d : value) check_device(d, f.key);
+    check_devices_once(value, f.key);
   } else if constexpr (std::is_same_v<T, NameList>) {
     check_name_list(f, value);
   } else if constexpr (IsOptional<T>::value) {

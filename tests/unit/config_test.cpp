@@ -116,6 +116,19 @@ TEST(ConfigTest, DevicesAndChoicesAreShownWithoutCuttingOrOverflowing) {
       "input: {manifest: m.jsonl}\noutput: {path: out}\n"
       "video: {encoder: {path: " + std::string(PRECOMPUTE_SOURCE_DIR) +
       "/CMakeLists.txt}, sampling: {fps: 1}, device: ";
+  // A device listed twice: the run would load one encoder there all the same.
+  for (const char* twice : {"[cuda:0, cuda:1, cuda:0]", "[cpu, cpu]", "[cuda:7, cuda:007]"}) {
+    const auto refused = validate_error(video + std::string(twice) + "}\n");
+    EXPECT_NE(refused.find("' twice; list each device once"), std::string::npos)
+        << twice << refused;
+    EXPECT_NE(refused.find("'video.device'"), std::string::npos) << refused;
+  }
+  EXPECT_EQ(validate_error(video + "[cuda:0, cuda:10, cuda:1]}\n").find("twice"),
+            std::string::npos);
+  EXPECT_EQ(validate_error(video + "[cuda, cuda:1]}\n").find("twice"), std::string::npos);
+  EXPECT_NE(validate_error("run: {device: [cpu, cpu]}\n" + video + "cpu}\n")
+                .find("'run.device' lists"),
+            std::string::npos);
   // Past an int: refused as a device, not an overflow later.
   auto e = validate_error(video + "'cuda:99999999999'}\n");
   EXPECT_NE(e.find("has device 'cuda:99999999999'; use cpu, cuda or cuda:N"), std::string::npos)
