@@ -203,8 +203,11 @@ at::Tensor BertModel::attend(const at::Tensor& qkv, const PackedBatch& batch) co
   const auto parts = qkv.view({t, 3, heads_, head_dim_}).unbind(1);  // each [T, heads, d]
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   if (attention_ == Attention::kPacked) {
+    // The kernel takes q, k and v as strided views of the fused projection (it needs only the
+    // last dimension contiguous): copying them out cost 36 passes over [T, H] a batch, 10% of
+    // the encoder's time on 1,000,000 captions (docs/benchmarks.md).
     const auto out = std::get<0>(at::_flash_attention_forward(
-        parts[0].contiguous(), parts[1].contiguous(), parts[2].contiguous(), batch.cu_seqlens,
+        parts[0], parts[1], parts[2], batch.cu_seqlens,
         batch.cu_seqlens, batch.max_length, batch.max_length, /*dropout_p=*/0.0,
         /*is_causal=*/false, /*return_debug_mask=*/false, scale));
     return out.reshape({t, hidden_});
