@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -13,6 +15,7 @@
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/sha256.hpp"
 #include "storage/atomic_file.hpp"
+#include "storage/fletcher32.hpp"
 #include "storage/float16.hpp"
 #include "storage/h5_handle.hpp"
 #include "storage/hdf5_lock.hpp"
@@ -221,6 +224,109 @@ ModalityColumns gather_columns(const ModalitySchema& schema,
 }
 
 // ---------------------------------------------------------------------------------------------
+// Buffers kept from shard to shard.
+
+// Note [Buffers kept from shard to shard]
+// A shard of 8,192 captions x 768 values is 12.6 MB, and building one used to allocate buffers of
+// about that size and free them again: the rows in the stored type, HDF5's in-memory file, and
+// the image copied out of it. Buffers that large are fresh mappings from the kernel (main()'s
+// fixed mmap threshold, Note [Host memory and glibc malloc] in tools/cli/main.cpp), so each shard
+// paid for first-touching them page by page, about 9,000 page faults, on the one thread that
+// builds every shard: tools/bench/shard_bench measured the build at 200,000 captions/s with
+// those faults against 690,000/s without (docs/benchmarks.md), and a text job cannot go faster
+// than its builder however many GPUs embed it. So the builder keeps them: the rows in vectors
+// it reuses, the in-memory file in a block that HDF5's core driver takes through the file image
+// callbacks (CoreFileBlock: it gives the block back when the file closes, and the next shard
+// gets it again), and the image in the caller's string, whose capacity the committer hands back
+// after each commit (ShardCommitter). HDF5 still copies the file into the image: a copy of
+// pages already resident costs a few milliseconds a shard; the faults cost tens. Memory kept
+// between shards: the block and the rows, about two images.
+
+// The block HDF5's core driver keeps one in-memory file in, handed out through the file image
+// callbacks and kept for the next file. A request while the block is taken (none with these
+// settings: one file at a time, no initial image) is served by malloc, as without callbacks.
+class CoreFileBlock {
+ public:
+  CoreFileBlock() = default;
+  CoreFileBlock(const CoreFileBlock&) = delete;
+  CoreFileBlock& operator=(const CoreFileBlock&) = delete;
+  ~CoreFileBlock() { std::free(block_); }
+
+  // For H5Pset_file_image_callbacks; `this` must outlive every file opened with them.
+  H5FD_file_image_callbacks_t callbacks() {
+    H5FD_file_image_callbacks_t c{};
+    c.image_malloc = [](size_t size, H5FD_file_image_op_t, void* self) {
+      return static_cast<CoreFileBlock*>(self)->allocate(size);
+    };
+    c.image_memcpy = [](void* to, const void* from, size_t size, H5FD_file_image_op_t,
+                        void*) { return std::memcpy(to, from, size); };
+    c.image_realloc = [](void* block, size_t size, H5FD_file_image_op_t, void* self) {
+      return static_cast<CoreFileBlock*>(self)->reallocate(block, size);
+    };
+    c.image_free = [](void* block, H5FD_file_image_op_t, void* self) -> herr_t {
+      static_cast<CoreFileBlock*>(self)->release(block);
+      return 0;
+    };
+    // The property list copies its callbacks' user data as it is copied: all copies are `this`.
+    c.udata_copy = [](void* self) { return self; };
+    c.udata_free = [](void*) -> herr_t { return 0; };
+    c.udata = this;
+    return c;
+  }
+
+  // How many times a file found the block ready (for the tests).
+  int64_t reuses() const { return reuses_; }
+
+ private:
+  void* allocate(size_t size) {
+    if (taken_) return std::malloc(size);
+    if (capacity_ < size) {
+      std::free(block_);
+      block_ = std::malloc(size);
+      capacity_ = block_ != nullptr ? size : 0;
+      if (block_ == nullptr) return nullptr;
+    } else {
+      ++reuses_;
+    }
+    taken_ = true;
+    return block_;
+  }
+  void* reallocate(void* block, size_t size) {
+    if (block == nullptr) return allocate(size);
+    if (block != block_ || !taken_) return std::realloc(block, size);
+    if (size <= capacity_) return block_;
+    void* grown = std::realloc(block_, size);
+    if (grown == nullptr) return nullptr;  // block_ is still valid, and still taken
+    block_ = grown;
+    capacity_ = size;
+    return block_;
+  }
+  void release(void* block) {
+    if (block != nullptr && block == block_ && taken_) {
+      taken_ = false;
+      return;
+    }
+    std::free(block);
+  }
+
+  void* block_ = nullptr;
+  size_t capacity_ = 0;
+  bool taken_ = false;
+  int64_t reuses_ = 0;
+};
+
+}  // namespace
+
+struct ShardBuildBuffers {
+  std::vector<uint16_t> halves;      // rows in float16, pooled or per step
+  std::vector<float> floats;         // pooled rows in float32
+  std::vector<unsigned char> chunk;  // one chunk and its checksum (Note [Chunks written whole])
+  CoreFileBlock file;
+};
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
 // HDF5: the file, built in memory.
 
 // An open group and its path, for messages.
@@ -237,13 +343,15 @@ struct Group {
 // naming `target`, the file the image is for.
 class ShardImageBuilder {
  public:
-  ShardImageBuilder(const ShardMeta& meta, const path& target)
+  ShardImageBuilder(const ShardMeta& meta, const path& target, ShardBuildBuffers& buffers)
       : meta_(meta),
         target_(target),
+        buffers_(buffers),
         string_type_(make_utf8_string_type(target)),
         float16_type_(make_float16_type(target)) {}
 
-  std::string build(const ShardContents& contents);
+  // The file's bytes into `image` (its capacity reused).
+  void build(const ShardContents& contents, std::string& image);
 
  private:
   void write_root(const Group& root, const ShardContents& contents);
@@ -270,6 +378,10 @@ class ShardImageBuilder {
   // be copied once more as float32 first: 25 MB, a quarter of the build's time).
   void write_pooled_rows(const Group& group, const ModalitySchema& schema,
                          const std::vector<ShardSample>& samples);
+  // The rows of a dataset of fixed-size elements, chunk by chunk, checksummed here (Note [Chunks
+  // written whole]).
+  void write_chunks(hid_t dataset, std::array<hsize_t, 2> shape, hsize_t chunk_rows,
+                    size_t row_bytes, const void* data, const std::string& operation);
   // A chunked dataset of `shape` (rows, or rows x columns when columns > 0), growable in rows.
   void write_dataset(const Group& group, const char* name, std::array<hsize_t, 2> shape,
                      hid_t file_type, hid_t memory_type, const void* data,
@@ -278,11 +390,12 @@ class ShardImageBuilder {
 
   const ShardMeta& meta_;
   const path& target_;
+  ShardBuildBuffers& buffers_;
   H5Handle string_type_;
   H5Handle float16_type_;
 };
 
-std::string ShardImageBuilder::build(const ShardContents& contents) {
+void ShardImageBuilder::build(const ShardContents& contents, std::string& image) {
   // Note [Shard in memory]: the core driver without a backing store keeps the whole file in
   // memory, so HDF5 never writes to the output folder; the image is committed by
   // write_file_atomically() instead (docs/reliability.md, "HDF5 is not crash-safe
@@ -301,12 +414,15 @@ std::string ShardImageBuilder::build(const ShardContents& contents) {
   H5Handle access = h5_own(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(file access)", target_);
   h5_check(H5Pset_fapl_core(access.get(), expected_bytes, /*backing_store=*/0),
            "H5Pset_fapl_core", target_);
+  // Note [Buffers kept from shard to shard].
+  H5FD_file_image_callbacks_t callbacks = buffers_.file.callbacks();  // HDF5 copies it
+  h5_check(H5Pset_file_image_callbacks(access.get(), &callbacks), "H5Pset_file_image_callbacks",
+           target_);
   H5Handle creation = object_creation_properties(H5P_FILE_CREATE, "file");
 
   // HDF5 first tries to open the name as an existing file, even with the core driver. A path
   // below /dev/null cannot exist, so that probe never reads anything from disk.
   const std::string memory_name = "/dev/null/precompute-in-memory/" + target_.filename().string();
-  std::string image;
   {
     H5Handle file =
         h5_own(H5Fcreate(memory_name.c_str(), H5F_ACC_TRUNC, creation.get(), access.get()),
@@ -327,7 +443,6 @@ std::string ShardImageBuilder::build(const ShardContents& contents) {
     h5_check(H5Fget_file_image(file.get(), image.data(), image.size()), "H5Fget_file_image",
              target_);
   }
-  return image;
 }
 
 void ShardImageBuilder::write_root(const Group& root, const ShardContents& contents) {
@@ -479,7 +594,8 @@ void ShardImageBuilder::write_embedding_rows(const Group& group, const char* nam
     return;
   }
   // Converted here, and written with the file's own type, so HDF5 converts nothing.
-  std::vector<uint16_t> halves(values.size());
+  std::vector<uint16_t>& halves = buffers_.halves;  // Note [Buffers kept from shard to shard]
+  halves.resize(values.size());
   floats_to_halves(values.data(), halves.data(), values.size());
   write_dataset(group, name, shape, float16_type_.get(), float16_type_.get(), halves.data());
 }
@@ -494,14 +610,17 @@ void ShardImageBuilder::write_pooled_rows(const Group& group, const ModalitySche
       if (embedding) convert(embedding->values.data(), rows + i * dim);
     }
   };
+  // Note [Buffers kept from shard to shard]: assign() refills them within their capacity.
   if (meta_.dtype == StorageDtype::kFloat32) {
-    std::vector<float> rows(samples.size() * dim, 0.0f);
+    std::vector<float>& rows = buffers_.floats;
+    rows.assign(samples.size() * dim, 0.0f);
     fill(rows.data(), [dim](const float* from, float* to) { std::copy_n(from, dim, to); });
     write_dataset(group, schema::kEmbeddingsDataset, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
                   rows.data());
     return;
   }
-  std::vector<uint16_t> rows(samples.size() * dim, 0);  // 0 is +0.0 in float16 too
+  std::vector<uint16_t>& rows = buffers_.halves;
+  rows.assign(samples.size() * dim, 0);  // 0 is +0.0 in float16 too
   fill(rows.data(), [dim](const float* from, uint16_t* to) { floats_to_halves(from, to, dim); });
   write_dataset(group, schema::kEmbeddingsDataset, shape, float16_type_.get(),
                 float16_type_.get(), rows.data());
@@ -539,8 +658,42 @@ void ShardImageBuilder::write_dataset(const Group& group, const char* name,
                             operation, target_);
   if (shape[0] == 0)
     return;  // nothing to write, and HDF5 rejects the null buffer of an empty vector
+  if (!variable_length && h5_check(H5Tequal(file_type, memory_type), operation, target_) > 0) {
+    write_chunks(dataset.get(), shape, chunk_rows, row_bytes, data, operation);
+    return;
+  }
   h5_check(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), operation,
            target_);
+}
+
+// Note [Chunks written whole]
+// Through H5Dwrite, HDF5 copies each chunk into a buffer of its own, then the fletcher32 filter
+// allocates another for the chunk and its checksum: two fresh buffers of up to a megabyte
+// (schema::kMaxChunkBytes) for every chunk of every dataset, each a new mapping (Note [Buffers
+// kept from shard to shard]), about 5,700 page faults a shard of 8,192 x 768. Where the stored
+// type is the one in memory (no conversion for HDF5 to do), the builder instead copies each
+// chunk into one buffer it keeps, appends the checksum the filter would (storage/fletcher32.*,
+// HDF5's algorithm, which tests/unit/shard_writer_test.cpp checks against HDF5's own chunks),
+// and hands it over with H5Dwrite_chunk as already filtered. Readers see the same dataset:
+// same chunks, same filter, every read verified as before. The last chunk is padded with zeros
+// to the full chunk, as H5Dwrite stores an edge chunk (the fill value, 0).
+void ShardImageBuilder::write_chunks(hid_t dataset, std::array<hsize_t, 2> shape,
+                                     hsize_t chunk_rows, size_t row_bytes, const void* data,
+                                     const std::string& operation) {
+  const size_t chunk_bytes = static_cast<size_t>(chunk_rows) * row_bytes;
+  std::vector<unsigned char>& chunk = buffers_.chunk;
+  chunk.resize(chunk_bytes + 4);
+  const auto* rows = static_cast<const unsigned char*>(data);
+  for (hsize_t first = 0; first < shape[0]; first += chunk_rows) {
+    const size_t filled = static_cast<size_t>(std::min(chunk_rows, shape[0] - first)) * row_bytes;
+    std::memcpy(chunk.data(), rows + static_cast<size_t>(first) * row_bytes, filled);
+    std::memset(chunk.data() + filled, 0, chunk_bytes - filled);
+    hdf5_fletcher32_append(chunk.data(), chunk_bytes);
+    const std::array<hsize_t, 2> offset = {first, 0};
+    h5_check(H5Dwrite_chunk(dataset, H5P_DEFAULT, /*filters: all applied*/ 0, offset.data(),
+                            chunk.size(), chunk.data()),
+             operation, target_);
+  }
 }
 
 }  // namespace
@@ -550,7 +703,9 @@ std::string shard_file_name(int64_t shard_index) {
 }
 
 ShardWriter::ShardWriter(std::filesystem::path output_dir, ShardMeta meta)
-    : output_dir_(std::move(output_dir)), meta_(std::move(meta)) {
+    : output_dir_(std::move(output_dir)),
+      meta_(std::move(meta)),
+      buffers_(std::make_unique<ShardBuildBuffers>()) {
   PC_ASSERT(meta_.chunk_rows > 0, "chunk_rows ", meta_.chunk_rows);
   for (Modality m : kAllModalities) {
     const auto& schema = meta_.modalities[modality_index(m)];
@@ -561,16 +716,27 @@ ShardWriter::ShardWriter(std::filesystem::path output_dir, ShardMeta meta)
   }
 }
 
+ShardWriter::ShardWriter(ShardWriter&&) noexcept = default;
+ShardWriter::~ShardWriter() = default;
+
+int64_t ShardWriter::in_memory_file_reuses() const { return buffers_->file.reuses(); }
+
 CommittedShard ShardWriter::write(const ShardContents& contents) {
   return commit(contents.shard_index, build(contents));
 }
 
 std::string ShardWriter::build(const ShardContents& contents) const {
+  std::string image;
+  build(contents, image);
+  return image;
+}
+
+void ShardWriter::build(const ShardContents& contents, std::string& image) const {
   const path target = output_dir_ / shard_file_name(contents.shard_index);
   validate_contents(meta_, contents, target);
   const std::lock_guard lock(hdf5_lock());  // Note [One thread in HDF5]
   disable_hdf5_error_printing();
-  return ShardImageBuilder(meta_, target).build(contents);
+  ShardImageBuilder(meta_, target, *buffers_).build(contents, image);
 }
 
 CommittedShard ShardWriter::commit(int64_t shard_index, const std::string& image) const {

@@ -3,10 +3,12 @@
 // touches the output folder), then its image is committed by write_file_atomically(): temp file,
 // fsync, rename, folder fsync (docs/reliability.md, "HDF5 is not crash-safe by
 // itself").
-// Not thread-safe: one writer thread owns it (HDF5 is not concurrent).
+// Thread-safety: build() on one thread (HDF5 is not concurrent, and build() reuses its buffers
+// from shard to shard), commit() on any, also while build() runs.
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "storage/shard_contents.hpp"
@@ -21,9 +23,14 @@ struct CommittedShard {
 
 std::string shard_file_name(int64_t shard_index);
 
+struct ShardBuildBuffers;  // shard_writer.cpp
+
 class ShardWriter {
  public:
   ShardWriter(std::filesystem::path output_dir, ShardMeta meta);
+  ShardWriter(ShardWriter&&) noexcept;
+  ShardWriter& operator=(ShardWriter&&) = delete;
+  ~ShardWriter();
 
   // Validates `contents` against the meta (dims, per-step rows, ascending seqs), builds the
   // shard and commits it under shard_file_name(contents.shard_index). Throws StorageError naming
@@ -34,13 +41,21 @@ class ShardWriter {
   // makes the file image in memory (the only step that calls HDF5), commit() writes it
   // atomically and hashes it (no HDF5).
   std::string build(const ShardContents& contents) const;
+  // build() into `image`, whose capacity is reused (Note [Buffers kept from shard to shard] in
+  // shard_writer.cpp): a caller that hands each committed image back here allocates no
+  // shard-sized buffer after the first shards.
+  void build(const ShardContents& contents, std::string& image) const;
   CommittedShard commit(int64_t shard_index, const std::string& image) const;
 
   const ShardMeta& meta() const { return meta_; }
+  // Builds whose in-memory file found the previous one's block ready (Note [Buffers kept from
+  // shard to shard] in shard_writer.cpp); for the tests.
+  int64_t in_memory_file_reuses() const;
 
  private:
   std::filesystem::path output_dir_;
   ShardMeta meta_;
+  std::unique_ptr<ShardBuildBuffers> buffers_;  // build()'s, kept from shard to shard
 };
 
 }  // namespace precompute

@@ -91,13 +91,17 @@ void ShardCommitter::build_loop() {
     ShardContents contents = std::move(to_build_.front());
     to_build_.pop_front();
     Image image;
+    if (!spare_images_.empty()) {
+      image.bytes = std::move(spare_images_.back());
+      spare_images_.pop_back();
+    }
     ++working_;
     changed_.notify_all();
     lock.unlock();
     std::exception_ptr error;
     try {
       const StageTimer timer(stats_->build_ns);
-      image.bytes = writer_.build(contents);
+      writer_.build(contents, image.bytes);
       image.entry = index_entry_for(contents);
     } catch (...) {
       error = std::current_exception();
@@ -131,6 +135,9 @@ void ShardCommitter::write_loop() {
       error = std::current_exception();
     }
     lock.lock();
+    // At most one image a step can be in flight (built, waiting, written): more spares than
+    // that would only hold memory.
+    if (spare_images_.size() < max_pending_ + 2) spare_images_.push_back(std::move(image.bytes));
     if (error) fail(error);
     --working_;
     changed_.notify_all();

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "storage/output_index.hpp"
 #include "storage/shard_contents.hpp"
@@ -71,6 +72,9 @@ class ShardCommitter {
   std::condition_variable changed_;
   std::deque<ShardContents> to_build_;
   std::deque<Image> to_write_;
+  // Written images' strings, whose capacity the next builds reuse (Note [Buffers kept from
+  // shard to shard] in storage/shard_writer.cpp).
+  std::vector<std::string> spare_images_;
   int working_ = 0;  // shards being built or written right now
   bool stopping_ = false;
   std::exception_ptr error_;

@@ -1,6 +1,7 @@
 #include "storage/shard_writer.hpp"
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <algorithm>
 #include <bit>
@@ -18,7 +19,9 @@
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/sha256.hpp"
+#include "storage/fletcher32.hpp"
 #include "storage/float16.hpp"
+#include "storage/h5_handle.hpp"
 #include "storage/shard_reader.hpp"
 #include "storage/shard_scan.hpp"
 #include "test_media.hpp"
@@ -331,6 +334,95 @@ class ShardWriterTest : public ::testing::Test {
   testing::TempDir temp_;
   const fs::path dir_ = temp_.path();
 };
+
+// ---------------------------------------------------------------------------------------------
+// Chunks checksummed by the writer (Note [Chunks written whole] in storage/shard_writer.cpp)
+
+// The chunk HDF5's own fletcher32 filter stores for `data`: a one-chunk uint8 dataset written
+// through H5Dwrite in an in-memory file, read back raw with H5Dread_chunk (data, then checksum).
+std::vector<unsigned char> chunk_as_hdf5_filters_it(const std::vector<unsigned char>& data) {
+  const fs::path name = "/dev/null/fletcher-test.h5";
+  H5Handle access = h5_own(H5Pcreate(H5P_FILE_ACCESS), "fapl", name);
+  h5_check(H5Pset_fapl_core(access.get(), 1 << 20, 0), "core", name);
+  H5Handle file = h5_own(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
+                         "create", name);
+  const hsize_t size = data.size();
+  H5Handle space = h5_own(H5Screate_simple(1, &size, nullptr), "space", name);
+  H5Handle creation = h5_own(H5Pcreate(H5P_DATASET_CREATE), "dcpl", name);
+  h5_check(H5Pset_chunk(creation.get(), 1, &size), "chunk", name);
+  h5_check(H5Pset_fletcher32(creation.get()), "fletcher32", name);
+  H5Handle dataset = h5_own(H5Dcreate2(file.get(), "d", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
+                                       creation.get(), H5P_DEFAULT),
+                            "dataset", name);
+  h5_check(H5Dwrite(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
+           "write", name);
+  h5_check(H5Dflush(dataset.get()), "flush", name);
+  const hsize_t offset = 0;
+  hsize_t stored_bytes = 0;
+  h5_check(H5Dget_chunk_storage_size(dataset.get(), &offset, &stored_bytes), "storage size",
+           name);
+  std::vector<unsigned char> stored(static_cast<size_t>(stored_bytes));
+  uint32_t filters = 0;
+  h5_check(H5Dread_chunk(dataset.get(), H5P_DEFAULT, &offset, &filters, stored.data()),
+           "read chunk", name);
+  EXPECT_EQ(filters, 0u) << "the filter was skipped";
+  return stored;
+}
+
+TEST(Fletcher32Test, AppendsTheChecksumHdf5sFilterStores) {
+  std::mt19937 random(11);
+  // Sizes around the 360-word fold and odd sizes (a last byte without its pair); bytes random,
+  // all 0xFF (the largest sums, where folding late or early would show), and all zero.
+  for (const size_t size : {size_t{1}, size_t{2}, size_t{3}, size_t{719}, size_t{720},
+                            size_t{721}, size_t{1441}, size_t{65536}, size_t{(1 << 20) + 3}}) {
+    for (const int fill : {-1, 0xFF, 0}) {
+      SCOPED_TRACE("size " + std::to_string(size) + ", fill " + std::to_string(fill));
+      std::vector<unsigned char> data(size);
+      for (auto& byte : data) {
+        byte = static_cast<unsigned char>(fill >= 0 ? fill : static_cast<int>(random() & 0xFF));
+      }
+      const std::vector<unsigned char> theirs = chunk_as_hdf5_filters_it(data);
+      std::vector<unsigned char> ours = data;
+      ours.resize(size + 4);
+      hdf5_fletcher32_append(ours.data(), size);
+      ASSERT_EQ(ours, theirs);
+    }
+  }
+}
+
+TEST_F(ShardWriterTest, EveryRemainderOfTheLastChunkReadsBackAndBuildsReuseTheirBuffers) {
+  for (const StorageDtype dtype : {StorageDtype::kFloat16, StorageDtype::kFloat32}) {
+    SCOPED_TRACE(storage_dtype_name(dtype));
+    ShardMeta meta = make_meta(dtype);
+    meta.chunk_rows = 256;
+    meta.modalities[modality_index(Modality::kText)] = make_schema(Modality::kText, 7, false);
+    meta.modalities[modality_index(Modality::kAudio)] = make_schema(Modality::kAudio, 3, true);
+    const ShardWriter writer(dir_, meta);
+    std::string image;  // reused, as the committer reuses its images
+    int builds = 0;
+    // Largest first, so that every later build fits the first one's in-memory file.
+    for (const int64_t samples : {600, 513, 257, 256, 255, 1}) {
+      SCOPED_TRACE(std::to_string(samples) + " samples");
+      ShardContents contents;
+      contents.shard_index = builds;
+      contents.seq_count = samples;
+      for (int64_t seq = 0; seq < samples; ++seq) {
+        ShardSample sample = make_sample(seq, std::string("s").append(std::to_string(seq)));
+        sample.embeddings[modality_index(Modality::kText)] = make_embedding(seq, 1, 7, false);
+        sample.embeddings[modality_index(Modality::kAudio)] =
+            make_embedding(seq, 1 + seq % 3, 3, true);  // per step: 2 rows a sample on average
+        contents.samples.push_back(std::move(sample));
+      }
+      writer.build(contents, image);
+      ++builds;
+      const fs::path file = dir_ / writer.commit(contents.shard_index, image).file;
+      expect_same_contents(contents, read_shard(file).contents, dtype);
+      EXPECT_NO_THROW(scan_shard(file));  // every chunk read and its checksum verified
+    }
+    EXPECT_EQ(writer.in_memory_file_reuses(), builds - 1)
+        << "HDF5's core driver did not take the kept block through the file image callbacks";
+  }
+}
 
 TEST(ShardFileNameTest, PadsTheIndexToSixDigits) {
   EXPECT_EQ(shard_file_name(0), "shard-000000.h5");

@@ -1,0 +1,186 @@
+// shard_bench: how fast the writer's two steps go alone, without the graph or the encoders:
+// build (ShardWriter::build, the HDF5 image in memory; one thread in HDF5) and commit
+// (ShardWriter::commit: write, fsync, rename, SHA-256). These two run on one thread each in a
+// run, so their samples/s is the ceiling of a text job however many GPUs embed it (issue 10's
+// "every GPU busy": a 1M-caption run on one H200 spent 7.5 s building shards).
+//
+//   shard_bench [--samples N] [--shard-size S] [--dim D] [--dtype float16|float32]
+//               [--rounds R] [--out DIR]
+//
+// Pooled text embeddings of D values per sample, ids "t0000000"..., shards of S samples. Each
+// round builds and commits every shard once; one JSON line per round reports the seconds of
+// each step and its samples/s, and the median round comes last.
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pipeline/core/error.hpp"
+#include "storage/shard_writer.hpp"
+
+namespace {
+
+struct Args {
+  int64_t samples = 1000000;
+  int64_t shard_size = 8192;
+  int64_t dim = 768;
+  precompute::StorageDtype dtype = precompute::StorageDtype::kFloat16;
+  int rounds = 3;
+  std::filesystem::path out = "/tmp/shard-bench";
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "shard_bench: %s\nusage: shard_bench [--samples N] [--shard-size S] [--dim D] "
+               "[--dtype float16|float32] [--rounds R] [--out DIR]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(arg + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (arg == "--samples") {
+        a.samples = std::stoll(value());
+      } else if (arg == "--shard-size") {
+        a.shard_size = std::stoll(value());
+      } else if (arg == "--dim") {
+        a.dim = std::stoll(value());
+      } else if (arg == "--dtype") {
+        const std::string d = value();
+        if (d != "float16" && d != "float32") usage("--dtype is float16 or float32");
+        a.dtype = d == "float16" ? precompute::StorageDtype::kFloat16
+                                 : precompute::StorageDtype::kFloat32;
+      } else if (arg == "--rounds") {
+        a.rounds = std::stoi(value());
+      } else if (arg == "--out") {
+        a.out = value();
+      } else {
+        usage("unknown argument " + arg);
+      }
+    } catch (const std::logic_error&) {
+      usage(arg + " needs a number");
+    }
+  }
+  if (a.samples < 1 || a.shard_size < 1 || a.dim < 1 || a.dim > 65536 || a.rounds < 1) {
+    usage("--samples, --shard-size, --dim and --rounds must be positive (--dim at most 65536)");
+  }
+  return a;
+}
+
+// The shards of one round, made once: every build then reads the same memory.
+std::vector<precompute::ShardContents> make_shards(const Args& a) {
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<float> pool(static_cast<size_t>(a.dim) * 64);
+  for (float& v : pool) v = normal(random);
+  std::vector<precompute::ShardContents> shards;
+  for (int64_t first = 0; first < a.samples; first += a.shard_size) {
+    precompute::ShardContents c;
+    c.shard_index = static_cast<int64_t>(shards.size());
+    c.first_seq = first;
+    c.seq_count = std::min(a.shard_size, a.samples - first);
+    c.input_sha256 = std::string(64, 'a');
+    c.samples.resize(static_cast<size_t>(c.seq_count));
+    for (int64_t i = 0; i < c.seq_count; ++i) {
+      precompute::ShardSample& s = c.samples[static_cast<size_t>(i)];
+      s.seq = first + i;
+      char id[32];
+      std::snprintf(id, sizeof id, "t%07lld", static_cast<long long>(s.seq));
+      s.id = id;
+      precompute::SampleEmbedding e;
+      e.seq = s.seq;
+      e.rows = 1;
+      e.dim = a.dim;
+      e.steps = 14;
+      const float* from = pool.data() + (s.seq % 64) * a.dim;
+      e.values.assign(from, from + a.dim);
+      s.embeddings[precompute::modality_index(precompute::Modality::kText)] = std::move(e);
+    }
+    shards.push_back(std::move(c));
+  }
+  return shards;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // As precompute's main() does (Note [Host memory and glibc malloc] in tools/cli/main.cpp):
+  // every buffer above 256 KiB in a mapping of its own, so the shard-sized buffers the build
+  // allocates cost here what they cost in a run.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  const Args a = parse(argc, argv);
+  try {
+    std::filesystem::create_directories(a.out);
+    precompute::ShardMeta meta;
+    meta.tool_version = "shard_bench";
+    meta.config_fingerprint = std::string(64, 'f');
+    meta.config_json = "{}";
+    meta.dtype = a.dtype;
+    precompute::ModalitySchema text;
+    text.modality = precompute::Modality::kText;
+    text.dim = a.dim;
+    text.encoder = "bench";
+    text.encoder_sha256 = std::string(64, 'e');
+    text.pooling = "mean";
+    text.preprocessing_json = "{}";
+    meta.modalities[precompute::modality_index(precompute::Modality::kText)] = text;
+    const precompute::ShardWriter writer(a.out, meta);
+    const auto shards = make_shards(a);
+
+    std::vector<std::pair<double, double>> rounds;
+    uint64_t bytes = 0;
+    std::string image;  // reused, as the committer reuses its images
+    for (int r = 0; r < a.rounds; ++r) {
+      double build_s = 0.0, commit_s = 0.0;
+      bytes = 0;
+      for (const auto& shard : shards) {
+        auto t = std::chrono::steady_clock::now();
+        writer.build(shard, image);
+        build_s += seconds_since(t);
+        t = std::chrono::steady_clock::now();
+        bytes += writer.commit(shard.shard_index, image).bytes;
+        commit_s += seconds_since(t);
+      }
+      rounds.emplace_back(build_s, commit_s);
+      std::printf(
+          "{\"round\": %d, \"samples\": %lld, \"shards\": %zu, \"mb\": %.1f, \"build_s\": %.3f, "
+          "\"build_per_s\": %.0f, \"commit_s\": %.3f, \"commit_per_s\": %.0f}\n",
+          r, static_cast<long long>(a.samples), shards.size(), bytes / 1e6, build_s,
+          a.samples / build_s, commit_s, a.samples / commit_s);
+      std::fflush(stdout);
+    }
+    std::sort(rounds.begin(), rounds.end());
+    const auto [build_s, ignored] = rounds[rounds.size() / 2];
+    std::vector<double> commits;
+    for (const auto& [b, c] : rounds) commits.push_back(c);
+    std::sort(commits.begin(), commits.end());
+    const double commit_s = commits[commits.size() / 2];
+    std::printf("{\"median\": true, \"samples\": %lld, \"dim\": %lld, \"build_s\": %.3f, "
+                "\"build_per_s\": %.0f, \"commit_s\": %.3f, \"commit_per_s\": %.0f}\n",
+                static_cast<long long>(a.samples), static_cast<long long>(a.dim), build_s,
+                a.samples / build_s, commit_s, a.samples / commit_s);
+    std::filesystem::remove_all(a.out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shard_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
