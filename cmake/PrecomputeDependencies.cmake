@@ -34,6 +34,11 @@ endif()
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 
 find_package(HDF5 REQUIRED COMPONENTS C)
+# H5Dwrite_chunk (Note [Chunks written whole] in storage/shard_writer.cpp) came with 1.10.3.
+if(HDF5_VERSION AND HDF5_VERSION VERSION_LESS 1.10.3)
+  message(FATAL_ERROR "precompute needs HDF5 1.10.3 or later (found ${HDF5_VERSION}); on Debian "
+                      "12: apt-get install libhdf5-dev")
+endif()
 find_package(TBB REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -739,12 +740,21 @@ void ShardWriter::build(const ShardContents& contents, std::string& image) const
   ShardImageBuilder(meta_, target, *buffers_).build(contents, image);
 }
 
+// Note [Hashing while the shard is written]
+// The commit thread wrote the image (temporary file, fsync, rename, folder fsync) and then
+// hashed it: two steps of about the same length one after the other (shard_bench: SHA-256 of a
+// 12.7 MB shard about 10 ms at 1.2 GB/s, the writing about 7 ms on the development machine),
+// where the writing mostly waits for the disk. The image is in memory and does not change, so
+// it is hashed on a thread of its own while it is written; the digest is recorded (in the
+// index, by the caller) only once the file is durable, as before.
 CommittedShard ShardWriter::commit(int64_t shard_index, const std::string& image) const {
   CommittedShard committed;
   committed.file = shard_file_name(shard_index);
+  // A write that throws leaves through the future's destructor, which waits for the hash.
+  auto digest = std::async(std::launch::async, [&image] { return sha256_hex(image); });
   write_file_atomically(output_dir_ / committed.file, image);
   committed.bytes = image.size();
-  committed.sha256 = sha256_hex(image);
+  committed.sha256 = digest.get();
   return committed;
 }
 

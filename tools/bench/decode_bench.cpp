@@ -37,6 +37,7 @@ extern "C" {
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/nvdec.hpp"
 #include "pipeline/media/video_decoder.hpp"
+#include "tools/bench/bench_args.hpp"
 
 namespace {
 
@@ -65,40 +66,31 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(arg + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (arg == "--decoder") {
-        a.decoder = value();
-      } else if (arg == "--mode") {
-        a.mode = value();
-      } else if (arg == "--threads") {
-        a.threads = std::stoi(value());
-      } else if (arg == "--device") {
-        a.device = std::stoi(value());
-      } else if (arg == "--fps") {
-        a.fps = std::stod(value());
-      } else if (arg == "--num-frames") {
-        a.num_frames = std::stoi(value());
-      } else if (arg == "--size") {
-        a.size = std::stoi(value());
-      } else if (arg == "--repeat") {
-        a.repeat = std::stoi(value());
-      } else if (arg == "--no-keep") {
-        a.keep = false;
-      } else if (arg == "--no-seek") {
-        a.seek = false;
-      } else if (arg.rfind("--", 0) == 0) {
-        usage("unknown option " + arg);
-      } else {
-        a.files.emplace_back(arg);
-      }
-    } catch (const std::logic_error&) {  // stoi/stod: not a number, or out of range
-      usage("bad value for " + arg);
+  for (precompute::BenchArgs args(argc, argv, usage); args.next();) {
+    if (args.is("--decoder")) {
+      a.decoder = args.text();
+    } else if (args.is("--mode")) {
+      a.mode = args.text();
+    } else if (args.is("--threads")) {
+      a.threads = args.number<int>();
+    } else if (args.is("--device")) {
+      a.device = args.number<int>();
+    } else if (args.is("--fps")) {
+      a.fps = args.number<double>();
+    } else if (args.is("--num-frames")) {
+      a.num_frames = args.number<int>();
+    } else if (args.is("--size")) {
+      a.size = args.number<int>();
+    } else if (args.is("--repeat")) {
+      a.repeat = args.number<int>();
+    } else if (args.is("--no-keep")) {
+      a.keep = false;
+    } else if (args.is("--no-seek")) {
+      a.seek = false;
+    } else if (args.is_option()) {
+      usage("unknown option " + args.arg());
+    } else {
+      a.files.emplace_back(args.arg());
     }
   }
   if (a.decoder != "cpu" && a.decoder != "nvdec") usage("--decoder is cpu or nvdec");

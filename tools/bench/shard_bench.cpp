@@ -24,6 +24,7 @@
 
 #include "pipeline/core/error.hpp"
 #include "storage/shard_writer.hpp"
+#include "tools/bench/bench_args.hpp"
 
 namespace {
 
@@ -46,37 +47,32 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(arg + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (arg == "--samples") {
-        a.samples = std::stoll(value());
-      } else if (arg == "--shard-size") {
-        a.shard_size = std::stoll(value());
-      } else if (arg == "--dim") {
-        a.dim = std::stoll(value());
-      } else if (arg == "--dtype") {
-        const std::string d = value();
-        if (d != "float16" && d != "float32") usage("--dtype is float16 or float32");
-        a.dtype = d == "float16" ? precompute::StorageDtype::kFloat16
-                                 : precompute::StorageDtype::kFloat32;
-      } else if (arg == "--rounds") {
-        a.rounds = std::stoi(value());
-      } else if (arg == "--out") {
-        a.out = value();
-      } else {
-        usage("unknown argument " + arg);
-      }
-    } catch (const std::logic_error&) {
-      usage(arg + " needs a number");
+  for (precompute::BenchArgs args(argc, argv, usage); args.next();) {
+    if (args.is("--samples")) {
+      a.samples = args.number<int64_t>();
+    } else if (args.is("--shard-size")) {
+      a.shard_size = args.number<int64_t>();
+    } else if (args.is("--dim")) {
+      a.dim = args.number<int64_t>();
+    } else if (args.is("--dtype")) {
+      const std::string d = args.text();
+      if (d != "float16" && d != "float32") usage("--dtype is float16 or float32");
+      a.dtype = d == "float16" ? precompute::StorageDtype::kFloat16
+                               : precompute::StorageDtype::kFloat32;
+    } else if (args.is("--rounds")) {
+      a.rounds = args.number<int>();
+    } else if (args.is("--out")) {
+      a.out = args.text();
+    } else {
+      usage("unknown argument " + args.arg());
     }
   }
-  if (a.samples < 1 || a.shard_size < 1 || a.dim < 1 || a.dim > 65536 || a.rounds < 1) {
-    usage("--samples, --shard-size, --dim and --rounds must be positive (--dim at most 65536)");
+  // Every sample is held in memory, about dim x 4 bytes: the bounds keep that to a few GB.
+  if (a.samples < 1 || a.samples > 10000000 || a.shard_size < 1 || a.shard_size > 1000000 ||
+      a.dim < 1 || a.dim > 65536 || a.samples * a.dim > 500000000 || a.rounds < 1 ||
+      a.rounds > 100) {
+    usage("--samples is 1 to 10,000,000, --shard-size 1 to 1,000,000, --dim 1 to 65,536 (and "
+          "samples x dim at most 500,000,000), --rounds 1 to 100");
   }
   return a;
 }
