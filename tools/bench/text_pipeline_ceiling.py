@@ -75,12 +75,6 @@ def make_inputs(work: Path, captions: int, dim: int, seed: int) -> dict:
     return paths
 
 
-def environment(binary: Path) -> dict:
-    """build_on_gpu.sh's library path for a binary of its build tree; else this environment."""
-    inside_a_build = len(binary.resolve().parents) > 2
-    return binary_env(binary.resolve()) if inside_a_build else dict(os.environ)
-
-
 def run_once(binary: Path, paths: dict, work: Path, device: list, tag: str) -> dict:
     out = work / f"out-{tag}"
     config = {
@@ -96,7 +90,7 @@ def run_once(binary: Path, paths: dict, work: Path, device: list, tag: str) -> d
     before, faults = os.times(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
     started = time.perf_counter()
     r = subprocess.run([str(binary), "run", "--config", str(config_path)], capture_output=True,
-                       text=True, env=environment(binary), timeout=1800)
+                       text=True, env=binary_env(binary), timeout=1800)
     whole = time.perf_counter() - started
     if r.returncode != 0:
         raise RuntimeError(f"{binary} exited {r.returncode}: {r.stderr[-2000:]}")

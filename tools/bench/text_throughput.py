@@ -391,10 +391,12 @@ class GpuMemorySampler:
 
 
 def binary_env(binary: Path) -> dict:
-    """The environment for the binary: LD_LIBRARY_PATH from build_on_gpu.sh's env file."""
+    """The environment for the binary: LD_LIBRARY_PATH from build_on_gpu.sh's env file, for a
+    binary of its build tree (BUILD/tools/cli/precompute); any other binary gets this one's."""
     env = dict(os.environ)
-    env_file = binary.parents[2] / "precompute-env.sh"
-    if env_file.exists():
+    parents = binary.resolve().parents
+    env_file = parents[2] / "precompute-env.sh" if len(parents) > 2 else None
+    if env_file is not None and env_file.exists():
         r = subprocess.run(["bash", "-c", f'. "{env_file}" && printf %s "$LD_LIBRARY_PATH"'],
                            capture_output=True, text=True, check=True)
         env["LD_LIBRARY_PATH"] = r.stdout
