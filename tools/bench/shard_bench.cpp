@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     const precompute::ShardWriter writer(a.out, meta);
     const auto shards = make_shards(a);
 
-    std::vector<std::pair<double, double>> rounds;
+    std::vector<double> builds, commits;  // seconds per round
     uint64_t bytes = 0;
     std::string image;  // reused, as the committer reuses its images
     for (int r = 0; r < a.rounds; ++r) {
@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
         bytes += writer.commit(shard.shard_index, image).bytes;
         commit_s += seconds_since(t);
       }
-      rounds.emplace_back(build_s, commit_s);
+      builds.push_back(build_s);
+      commits.push_back(commit_s);
       std::printf(
           "{\"round\": %d, \"samples\": %lld, \"shards\": %zu, \"mb\": %.1f, \"build_s\": %.3f, "
           "\"build_per_s\": %.0f, \"commit_s\": %.3f, \"commit_per_s\": %.0f}\n",
@@ -163,12 +164,11 @@ int main(int argc, char** argv) {
           a.samples / build_s, commit_s, a.samples / commit_s);
       std::fflush(stdout);
     }
-    std::sort(rounds.begin(), rounds.end());
-    const auto [build_s, ignored] = rounds[rounds.size() / 2];
-    std::vector<double> commits;
-    for (const auto& [b, c] : rounds) commits.push_back(c);
-    std::sort(commits.begin(), commits.end());
-    const double commit_s = commits[commits.size() / 2];
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double build_s = median(builds), commit_s = median(commits);
     std::printf("{\"median\": true, \"samples\": %lld, \"dim\": %lld, \"build_s\": %.3f, "
                 "\"build_per_s\": %.0f, \"commit_s\": %.3f, \"commit_per_s\": %.0f}\n",
                 static_cast<long long>(a.samples), static_cast<long long>(a.dim), build_s,
