@@ -9,6 +9,8 @@
 // script) makes a missing device or model a failure.
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
@@ -23,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -30,6 +33,7 @@
 
 #include "encoders/bert/bert_model.hpp"
 #include "encoders/bert/model_folder.hpp"
+#include "encoders/embedding_output.hpp"
 #include "encoders/encoder.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/error.hpp"
@@ -352,6 +356,58 @@ TEST_F(VideoEncoderGpuTest, AllocatorCapTurnsABigBatchIntoDeviceOutOfMemoryAndTh
   cap_device_memory(device, after->total_bytes);
   // Without the cap, the same batch goes through.
   EXPECT_EQ(encoder_->encode(big).size(), big.size());
+}
+
+// ------------------------------------------------------------------------------------------------
+// Pooling on the GPU and the copy out through pinned memory (Note [Copying out through pinned
+// memory] in encoders/embedding_output.cpp)
+
+TEST(EmbeddingOutputGpuTest, PoolsAsTheCpuDoesWithTwoCallsAtOnceOnTheirOwnStreams) {
+  NEED_GPU();
+  // Batches of uneven samples, each held to the CPU's result for every pooling; two threads on
+  // streams of their own reuse the same pinned blocks, so a block handed out again before its
+  // copy landed would give another batch's vectors.
+  constexpr int kBatches = 8;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> steps(1, 40);
+  std::vector<std::vector<int64_t>> counts(kBatches);
+  std::vector<at::Tensor> rows(kBatches);
+  for (int b = 0; b < kBatches; ++b) {
+    counts[b].resize(static_cast<size_t>(500 + 97 * b));
+    for (auto& c : counts[b]) c = steps(rng);
+    const int64_t total = std::accumulate(counts[b].begin(), counts[b].end(), int64_t{0});
+    rows[b] = at::randn({total, 96}, at::TensorOptions().dtype(at::kFloat));
+  }
+  const Pooling poolings[] = {Pooling::kMean, Pooling::kMax, Pooling::kCls, Pooling::kNone};
+  std::string mismatch[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      const auto stream = c10::cuda::getStreamFromPool(false, 0);
+      const c10::cuda::CUDAStreamGuard guard(stream);
+      for (int round = 0; round < 4 && mismatch[t].empty(); ++round) {
+        for (int i = 0; i < kBatches && mismatch[t].empty(); ++i) {
+          const int b = t == 0 ? i : kBatches - 1 - i;
+          const auto pooling = poolings[(round + i) % 4];
+          const bool normalize = round % 2 == 1;
+          const auto want = embeddings_from_rows(rows[b], counts[b], pooling, normalize);
+          const auto got =
+              embeddings_from_rows(rows[b].to(at::kCUDA), counts[b], pooling, normalize);
+          for (size_t s = 0; s < got.size() && mismatch[t].empty(); ++s) {
+            const double diff = max_abs_diff(got[s].values, want[s].values);
+            if (diff > 1e-5 || got[s].rows != want[s].rows || got[s].steps != want[s].steps) {
+              mismatch[t] = "batch " + std::to_string(b) + " sample " + std::to_string(s) +
+                            " pooling " + std::to_string(static_cast<int>(pooling)) +
+                            ": max abs diff " + std::to_string(diff);
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatch[0], "");
+  EXPECT_EQ(mismatch[1], "");
 }
 
 }  // namespace

@@ -141,7 +141,9 @@ def main() -> int:
                     help="device sets separated by ';', each a comma-separated list")
     ap.add_argument("--device-kind", default="cuda", help="cuda, or cpu for a smoke test")
     ap.add_argument("--build", type=Path, default=ROOT / "build-gpu")
-    ap.add_argument("--binary", type=Path)
+    ap.add_argument("--binary", type=Path, action="append", default=[],
+                    help="precompute binary (default: --build's); given more than once, the "
+                         "binaries take turns run by run, each with its own median")
     ap.add_argument("--work", type=Path, default=Path("/tmp/text-scale"))
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     ap.add_argument("--peer-runs", type=int, default=None, help="default: --runs; 0: no peer")
@@ -151,7 +153,7 @@ def main() -> int:
                     help="precompute's; debug logs each text batch's timeline (its log: "
                          "--work/<devices>-<run>.log)")
     args = ap.parse_args()
-    binary = args.binary or args.build / "tools" / "cli" / "precompute"
+    binaries = args.binary or [args.build / "tools" / "cli" / "precompute"]
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     data = make_data(args.work, args.captions, 1, 0, 256)
@@ -173,21 +175,28 @@ def main() -> int:
             print(json.dumps({"who": "tuned loop", "error": str(e)[-1500:]}), flush=True)
     for devices in sets:
         name = ",".join(devices)
+        runs = {b: [] for b in range(len(binaries))}
         try:
-            results.append(summarise(
-                f"precompute ({name}{label})",
-                [run_precompute(binary, model_dir, manifest, args.work, devices, dtype,
-                                f"{name.replace(':', '').replace(',', '+')}-{k}", run_options,
-                                args.log_level)
-                 for k in range(args.runs)]))
+            # Run by run in turn, so that a drift of the machine falls on every binary alike.
+            for k in range(args.runs):
+                for b, binary in enumerate(binaries):
+                    suffix = f"-b{b}" if len(binaries) > 1 else ""
+                    runs[b].append(run_precompute(
+                        binary, model_dir, manifest, args.work, devices, dtype,
+                        f"{name.replace(':', '').replace(',', '+')}{suffix}-{k}", run_options,
+                        args.log_level))
+            for b, binary in enumerate(binaries):
+                which = f", {binary}" if len(binaries) > 1 else ""
+                results.append(summarise(f"precompute ({name}{label}{which})", runs[b]))
         except Exception as e:
             failed += 1
             print(json.dumps({"who": f"precompute ({name})", "error": str(e)[-1500:]}), flush=True)
     (args.out / "text_scale.json").write_text(json.dumps(
         {"captions": args.captions, "cpus": os.cpu_count(), "results": results}, indent=1))
-    print(f"\n{'who':52} {'runs':>4} {'whole /s':>10} {'run /s':>10}")
+    width = max([52] + [len(r["who"]) for r in results])
+    print(f"\n{'who':{width}} {'runs':>4} {'whole /s':>10} {'run /s':>10}")
     for r in results:
-        print(f"{r['who']:52} {r['runs']:>4} {r['whole_per_s']:>10,} {r['run_per_s']:>10,}")
+        print(f"{r['who']:{width}} {r['runs']:>4} {r['whole_per_s']:>10,} {r['run_per_s']:>10,}")
     return 1 if failed else 0
 
 
