@@ -112,11 +112,15 @@ class BertTextEncoder final : public TorchEncoder {
     PC_CHECK(section.max_length.value_or(0) <= model_.max_positions(), ConfigError,
              "text.tokenizer.max_length ", section.max_length.value_or(0), " exceeds the ",
              model_.max_positions(), " positions of ", section.encoder.path);
+    // Each step's end at debug level: with the log's timestamps, where the loading goes.
+    log_message(LogLevel::kDebug, "start-up: BERT's weights read and on " + info_.device);
     PreparedSample dummy;
     dummy.text.emplace();
     dummy.text->ids = {tokenizer.cls_id(), tokenizer.sep_id()};
     warm_up(std::move(dummy));
+    log_message(LogLevel::kDebug, "start-up: BERT warmed up");
     info_.model_sha256 = folder_hash.get();
+    log_message(LogLevel::kDebug, "start-up: BERT's model folder hashed");
   }
 
   BertModel model_;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "encoders/bert/text_settings.hpp"
+#include "encoders/device_startup.hpp"
 #include "encoders/encoder.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/sha256.hpp"
@@ -220,6 +221,7 @@ Input read_checked_input(const Config& config) {
   input.path = config.input.manifest.empty() ? config.input.folder : config.input.manifest;
   spdlog::info("input: {} samples from {}", input.samples.size(), input.path.string());
   check_usable_input(input.samples, config, input.path);
+  spdlog::debug("start-up: input checked");
   return input;
 }
 
@@ -243,6 +245,7 @@ Output open_output(const Config& config, const RunContext& context, const Input&
                        config.output.path);
     }
   }
+  spdlog::debug("start-up: output folder opened and locked");
   return output;
 }
 
@@ -257,14 +260,15 @@ struct Calibrated {
 };
 
 Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats,
-                              const Config& recorded) {
-  spdlog::info("compute: {}", describe_devices());
+                              const Config& recorded, DeviceStartup& devices) {
+  spdlog::info("compute: {}", devices.wait());
   const auto load_started = Clock::now();
   auto pools = load_encoders(config);
   const double load_seconds = seconds_since(load_started);
   // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
   // which may refuse the run.
   SamplePreparer preparer(config, stats);
+  spdlog::debug("start-up: decoders and tokenizer set up");
   // One decode thread per core, plus one per NVDEC session that joins the CPU decoders (Note
   // [Choosing the video decoder]).
   const int decode_threads = config.run.decode_threads > 0
@@ -275,8 +279,10 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
     check_same_settings(output.earlier->meta, meta, semantic_config_json(config),
                         config.output.path);
   }
+  spdlog::debug("start-up: settings recorded and checked");
   // Batch limits under run.gpu_memory_budget (Note [Memory budgets]); throughput settings only.
   auto limits = apply_memory_budget(config, pools).limits;
+  spdlog::debug("start-up: batch limits set");
   return {std::move(pools), load_seconds, std::move(preparer), decode_threads, std::move(meta),
           std::move(limits)};
 }
@@ -297,6 +303,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   std::optional<OutputIndex> previous;
   if (output.overwrite) {
     output.folder.remove_previous_run();
+    spdlog::debug("start-up: the earlier run's files removed (--overwrite)");
   } else {
     previous = output.folder.load_previous_run(
         [&](int64_t seq) { return input.id_at(seq); },
@@ -315,6 +322,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
                           config.output.path);
     }
     if (previous) index.shards = std::move(previous->shards);
+    spdlog::debug("start-up: the earlier run read and repaired");
   }
   index.total_samples = static_cast<int64_t>(input.samples.size());
   index.shard_size = config.output.shard_size;
@@ -323,6 +331,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   index.input_sha256 = input_identity(input.samples, input.samples.size());
   write_index(config.output.path, index);
   refresh_dataset_view(config.output.path, index);  // never throws: the view is a convenience
+  spdlog::debug("start-up: index and view written");
   if (output.overwrite && context.after_overwrite) context.after_overwrite();
 
   RunPlan plan = plan_run(input.samples, index, config.output.shard_size,
@@ -449,6 +458,7 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
                            },
                            [&](int64_t seq) { return input.columns_at(seq); });
   for (auto& kept : planned.plan.kept) assembler.preload(std::move(kept));
+  spdlog::debug("start-up: graph set up");
   const ProgressContext progress_context{Clock::now(), gpu_devices(calibrated.pools)};
   {
     ProgressReporter progress(stats, progress_context, config.run.progress_interval_s);
@@ -570,7 +580,7 @@ void check_same_split(const Output& output, const Input& input, const Config& wo
 }
 
 RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
-                    Clock::time_point run_started, RunStats& stats) {
+                    Clock::time_point run_started, RunStats& stats, DeviceStartup& devices) {
   const Partition& part = context.partition;
   const auto total = static_cast<int64_t>(input.samples.size());
   const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
@@ -629,7 +639,7 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
   record.state = "running";
   write_rank_record(work.output.path, record);
   try {
-    const Calibrated calibrated = load_and_calibrate(work, output, stats, config);
+    const Calibrated calibrated = load_and_calibrate(work, output, stats, config, devices);
     Planned planned = plan(work, context, input, output, calibrated, span);
     const Executed executed = execute(work, input, calibrated, planned, stats);
     summary = summarise(work, input, calibrated, planned, executed, stats, run_started);
@@ -664,12 +674,18 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
 RunSummary run_precompute(const Config& config, const RunContext& context) {
   validate(config);
   const auto run_started = Clock::now();
+  // At debug level every step before the graph ends with a "start-up:" line; the log's
+  // timestamps say how long each took (docs/benchmarks.md's text timeline).
+  spdlog::debug("start-up: config read and checked; the run's clock starts");
   configure_torch_threads(config.run.torch_threads);
+  DeviceStartup devices(config);  // Note [CUDA started beside the input's read]
   RunStats stats;
   const Input input = read_checked_input(config);
-  if (context.partition.split()) return run_rank(config, context, input, run_started, stats);
+  if (context.partition.split()) {
+    return run_rank(config, context, input, run_started, stats, devices);
+  }
   const Output output = open_output(config, context, input);
-  const Calibrated calibrated = load_and_calibrate(config, output, stats, config);
+  const Calibrated calibrated = load_and_calibrate(config, output, stats, config, devices);
   // Nothing can refuse the run any more: the folder may change now.
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
   Planned planned = plan(config, context, input, output, calibrated, whole);
