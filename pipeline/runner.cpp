@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "encoders/bert/text_settings.hpp"
-#include "encoders/device_startup.hpp"
 #include "encoders/encoder.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/sha256.hpp"
@@ -260,8 +259,8 @@ struct Calibrated {
 };
 
 Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats,
-                              const Config& recorded, DeviceStartup& devices) {
-  spdlog::info("compute: {}", devices.wait());
+                              const Config& recorded) {
+  spdlog::info("compute: {}", describe_devices());
   const auto load_started = Clock::now();
   auto pools = load_encoders(config);
   const double load_seconds = seconds_since(load_started);
@@ -580,7 +579,7 @@ void check_same_split(const Output& output, const Input& input, const Config& wo
 }
 
 RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
-                    Clock::time_point run_started, RunStats& stats, DeviceStartup& devices) {
+                    Clock::time_point run_started, RunStats& stats) {
   const Partition& part = context.partition;
   const auto total = static_cast<int64_t>(input.samples.size());
   const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
@@ -639,7 +638,7 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
   record.state = "running";
   write_rank_record(work.output.path, record);
   try {
-    const Calibrated calibrated = load_and_calibrate(work, output, stats, config, devices);
+    const Calibrated calibrated = load_and_calibrate(work, output, stats, config);
     Planned planned = plan(work, context, input, output, calibrated, span);
     const Executed executed = execute(work, input, calibrated, planned, stats);
     summary = summarise(work, input, calibrated, planned, executed, stats, run_started);
@@ -678,14 +677,11 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   // timestamps say how long each took (docs/benchmarks.md's text timeline).
   spdlog::debug("start-up: config read and checked; the run's clock starts");
   configure_torch_threads(config.run.torch_threads);
-  DeviceStartup devices(config);  // Note [CUDA started beside the input's read]
   RunStats stats;
   const Input input = read_checked_input(config);
-  if (context.partition.split()) {
-    return run_rank(config, context, input, run_started, stats, devices);
-  }
+  if (context.partition.split()) return run_rank(config, context, input, run_started, stats);
   const Output output = open_output(config, context, input);
-  const Calibrated calibrated = load_and_calibrate(config, output, stats, config, devices);
+  const Calibrated calibrated = load_and_calibrate(config, output, stats, config);
   // Nothing can refuse the run any more: the folder may change now.
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
   Planned planned = plan(config, context, input, output, calibrated, whole);

@@ -155,8 +155,8 @@ TEST(ManifestTest, DuplicateIdsNameBothLines) {
   EXPECT_NE(c.find("line 2 and on line 4"), std::string::npos) << c;
 }
 
-// Note [Parsing a manifest on every core]: blocks of 65,536 lines parsed on many threads, added
-// in order. 150,000 lines span three blocks.
+// Note [Parsing a manifest on every core]: blocks of about 1 MiB of lines parsed on many
+// threads, added in order. 150,000 lines span six blocks.
 std::string many_lines(int n, const std::map<int, std::string>& replaced = {}) {
   std::string text;
   for (int line = 1; line <= n; ++line) {
@@ -185,8 +185,8 @@ TEST(ManifestTest, AManifestOfManyBlocksKeepsItsOrderAndLineNumbers) {
 }
 
 TEST(ManifestTest, TheFirstBadLineIsTheOneReportedWhateverTheThreadsMeetFirst) {
-  // Bad JSON late in the first block and early in the third; a duplicate id (of sample 5) and a
-  // NUL in an id in the second block. Lines: sample k is on line k + (k - 1) / 1000.
+  // Bad JSON in the last block; a duplicate id (of sample 5) and a NUL in an id in earlier
+  // blocks, which other threads may parse first. Lines: sample k is on line k + (k - 1) / 1000.
   const auto line_of = [](int k) { return k + (k - 1) / 1000; };
   std::map<int, std::string> bad = {
       {140'000, "{not json"},
@@ -207,6 +207,67 @@ TEST(ManifestTest, TheFirstBadLineIsTheOneReportedWhateverTheThreadsMeetFirst) {
   EXPECT_NE(e.find("m line " + std::to_string(line_of(60'000)) + ": sample 'late' has none"),
             std::string::npos)
       << e;
+}
+
+// A stream that cannot tell its size (a pipe): the reader then guesses no sample count.
+class UnseekableBuffer : public std::streambuf {
+ public:
+  explicit UnseekableBuffer(std::string text) : text_(std::move(text)) {}
+
+ protected:
+  int_type underflow() override {
+    if (at_ >= text_.size()) return traits_type::eof();
+    // Short reads of odd sizes, as a pipe gives them.
+    const size_t n = std::min<size_t>(70'001, text_.size() - at_);
+    char* p = text_.data() + at_;
+    setg(p, p, p + n);
+    at_ += n;
+    return traits_type::to_int_type(*p);
+  }
+
+ private:
+  std::string text_;
+  size_t at_ = 0;
+};
+
+TEST(ManifestTest, LinesLongerThanABlockAndStreamsThatCannotSeekReadAsLineByLine) {
+  // A BOM, a caption of 3 MiB (longer than a block of lines), 40,000 more lines, and a last
+  // line without its newline.
+  const std::string long_caption(3u << 20, 'w');
+  std::string text = "\xEF\xBB\xBF{\"id\": \"first\", \"text\": \"a\"}\n";
+  text += "{\"id\": \"long\", \"text\": \"" + long_caption + "\"}\r\n";
+  for (int i = 3; i <= 40'002; ++i) {
+    text += "{\"id\": \"s" + std::to_string(i) + "\", \"text\": \"caption\"}\n";
+  }
+  text += "{\"id\": \"last\", \"text\": \"end\"}";
+  const auto check = [&](const std::vector<SampleSpec>& s) {
+    ASSERT_EQ(s.size(), 40'003u);
+    EXPECT_EQ(s[0].id, "first");
+    EXPECT_EQ(s[1].id, "long");
+    EXPECT_EQ(*s[1].text, long_caption);
+    EXPECT_EQ(s[1].line, 2);
+    EXPECT_EQ(s[2].id, "s3");
+    EXPECT_EQ(s[40'001].line, 40'002);
+    EXPECT_EQ(s.back().id, "last");
+    EXPECT_EQ(s.back().line, 40'003);
+    EXPECT_EQ(*s.back().text, "end");
+  };
+  check(parse(text, ManifestFormat::kJsonl));
+  UnseekableBuffer buffer(text);
+  std::istream pipe(&buffer);
+  check(parse_manifest(pipe, ManifestFormat::kJsonl, "/data", "m"));
+
+  // Without a guessed count the id table grows as it goes, and still finds a late duplicate.
+  UnseekableBuffer again(text + "\n{\"id\": \"s777\", \"text\": \"x\"}\n");
+  std::istream second(&again);
+  try {
+    parse_manifest(second, ManifestFormat::kJsonl, "/data", "m");
+    ADD_FAILURE() << "the duplicate id was not refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("id 's777' appears on line 777 and on line 40004"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ManifestTest, CsvHandlesQuotesDelimitersAndNewlines) {
