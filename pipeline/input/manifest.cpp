@@ -352,6 +352,13 @@ std::optional<SampleSpec> parse_jsonl_line(std::string_view line, int64_t line_n
                                            std::atomic<bool>* seen) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.find_first_not_of(" \t") == std::string_view::npos) return std::nullopt;
+  // JSON text holds no raw NUL (in a string it is written \u0000), and nlohmann's parser takes
+  // one for the end of the input: the rest of the line would be dropped without a word.
+  const size_t nul = line.find('\0');
+  PC_CHECK(nul == std::string_view::npos, InputError, name, " line ", line_no,
+           ": a NUL byte at column ", nul + 1,
+           ", which JSON text cannot hold (inside a string write it as \\u0000); remove it, or "
+           "check that the file is a text JSONL manifest");
   nlohmann::json obj;
   try {
     obj = nlohmann::json::parse(line.begin(), line.end());

@@ -352,6 +352,16 @@ TEST(ManifestTest, MediaPathsWithNulAreRefusedNamingTheLine) {
   EXPECT_NE(a.find("m line 3: the 'audio' path"), std::string::npos) << a;
 }
 
+TEST(ManifestTest, ARawNulByteInAJsonlLineIsRefusedNotTakenForItsEnd) {
+  // nlohmann's parser stops at a raw NUL: without the check, "b" below would vanish.
+  for (const auto& line : {"{\"id\": \"a\", \"text\": \"t\"}\0{\"id\": \"b\"}"s,
+                           "\0{\"id\": \"a\", \"text\": \"t\"}"s}) {
+    const auto e = error_of("{\"id\": \"z\", \"text\": \"t\"}\n" + line + "\n",
+                            ManifestFormat::kJsonl);
+    EXPECT_NE(e.find("m line 2: a NUL byte at column "), std::string::npos) << e;
+  }
+}
+
 TEST(ManifestTest, CaptionsWithNulAreKeptForTheTokenizer) {
   // Captions are never strings in a shard: the tokenizer drops NUL like other control characters.
   const auto s = parse("{\"id\": \"a\", \"text\": \"x\\u0000y\"}\n", ManifestFormat::kJsonl);
