@@ -219,12 +219,18 @@ void write_quarantine(const std::filesystem::path& output_dir, const Quarantine&
 
 SampleWatchdog::SampleWatchdog(InflightJournal& journal, std::chrono::nanoseconds limit)
     : journal_(&journal), limit_(limit) {
-  thread_ = std::thread([this] {
+  // Ticks count from here, so that a stop before the first tick (or before the thread runs at
+  // all) is seen too: the SIGCONT handler may run only after the thread's first tick, and a
+  // freezer sends no SIGCONT. (Counted from 0 before, such a stop ended the run, exit 75: once
+  // in the pause test of a CI run on a busy 2-core machine, and every time in
+  // SampleWatchdogTest.AStopBeforeItsFirstTickIsAPauseNotATimeout.)
+  const int64_t created_ns = steady_now_ns();
+  thread_ = std::thread([this, created_ns] {
     std::unique_lock lock(mutex_);
     constexpr int64_t kPeriodNs = 200'000'000;
     // Far more than any scheduling delay of a running process: a pause, not a busy machine.
     constexpr int64_t kStallNs = 3'000'000'000;
-    int64_t previous_tick = 0;
+    int64_t previous_tick = created_ns;
     while (!stop_.wait_for(lock, std::chrono::nanoseconds(kPeriodNs), [&] { return stopping_; })) {
       note_tick(steady_now_ns(), previous_tick, kPeriodNs, kStallNs);
       const auto overdue = journal_->flag_overdue(limit_);
