@@ -27,7 +27,8 @@ std::vector<SampleEmbedding> embeddings_from_tokens(const at::Tensor& hidden,
                                                     const at::Tensor& mask, Pooling pooling,
                                                     bool normalize);
 
-// Copies a float tensor of any shape to a contiguous host float32 tensor.
+// Copies a float tensor of any shape to a contiguous host float32 tensor; from a GPU into
+// pinned memory of LibTorch's caching host allocator (Note [Copying out through pinned memory]).
 at::Tensor to_host_float(const at::Tensor& t);
 
 }  // namespace precompute

@@ -321,7 +321,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
                           config.output.path);
     }
     if (previous) index.shards = std::move(previous->shards);
-    spdlog::debug("start-up: the earlier run read and repaired");
+    spdlog::debug("start-up: the earlier run, if any, read and repaired");
   }
   index.total_samples = static_cast<int64_t>(input.samples.size());
   index.shard_size = config.output.shard_size;

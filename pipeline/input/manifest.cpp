@@ -1,8 +1,6 @@
 #include "pipeline/input/manifest.hpp"
 
 #include <spdlog/spdlog.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 #include <sys/stat.h>
@@ -24,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -315,8 +314,11 @@ std::optional<std::string> json_string(const nlohmann::json& obj, const char* ke
   PC_THROW(InputError, name, " line ", line, ": '", key, "' must be a string, got ", it->dump());
 }
 
+// UTF-8's byte order mark, which some editors write at the start of a file.
+constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
+
 void strip_bom(std::string& line) {
-  if (line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
+  if (std::string_view(line).substr(0, 3) == kByteOrderMark) line.erase(0, 3);
 }
 
 // Note [Kept columns]
@@ -441,7 +443,7 @@ class ManifestBlockReader {
     text.resize(end);
     if (text.empty()) return false;
     std::string_view rest(text);
-    if (next_line_ == 1 && rest.substr(0, 3) == "\xEF\xBB\xBF") rest.remove_prefix(3);
+    if (next_line_ == 1 && rest.substr(0, 3) == kByteOrderMark) rest.remove_prefix(3);
     while (!rest.empty()) {
       const size_t newline = rest.find('\n');
       block.lines.push_back(rest.substr(0, newline));
