@@ -10,7 +10,6 @@
 #include "encoders/torch_encoder.hpp"
 #include "encoders/torchscript_model.hpp"
 #include "pipeline/core/error.hpp"
-#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
 namespace {
@@ -24,8 +23,8 @@ namespace {
 // batch runs as one pass per length, so a sample's vector does not depend on its batch.
 class AudioEncoder final : public TorchEncoder {
  public:
-  AudioEncoder(const AudioSection& section, const std::string& device)
-      : TorchEncoder(Modality::kAudio, section, device, sha256_file(section.encoder.path)),
+  AudioEncoder(const AudioSection& section, const std::string& device, const ModelHash& hash)
+      : TorchEncoder(Modality::kAudio, section, device, hash.get()),
         model_(section.encoder.path, device_, section.dtype),
         section_(section) {
     PC_CHECK(model_.num_inputs() == 1 || model_.num_inputs() == 2, ModelError, "audio model ",
@@ -110,9 +109,9 @@ class AudioEncoder final : public TorchEncoder {
 
 }  // namespace
 
-std::unique_ptr<Encoder> make_audio_encoder(const AudioSection& section,
-                                            const std::string& device) {
-  return std::make_unique<AudioEncoder>(section, device);
+std::unique_ptr<Encoder> make_audio_encoder(const AudioSection& section, const std::string& device,
+                                           ModelHash hash) {
+  return std::make_unique<AudioEncoder>(section, device, hash);
 }
 
 }  // namespace precompute

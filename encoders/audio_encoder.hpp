@@ -9,6 +9,7 @@
 
 namespace precompute {
 
-std::unique_ptr<Encoder> make_audio_encoder(const AudioSection& section, const std::string& device);
+std::unique_ptr<Encoder> make_audio_encoder(const AudioSection& section, const std::string& device,
+                                           ModelHash hash);
 
 }  // namespace precompute

@@ -15,7 +15,6 @@
 #include "encoders/torchscript_model.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/logging.hpp"
-#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
 namespace {
@@ -33,31 +32,13 @@ namespace {
 // encoder. With the summary's busy seconds ("text batches queued" among them) they tell whether
 // the device waits for batches or batches wait for the device.
 
-// The identity of a model folder: names and contents of the files that define its outputs
-// (configs, vocabularies, weights), in sorted order. A README edit does not change it.
-std::string folder_sha256(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    const auto ext = entry.path().extension();
-    if (entry.is_regular_file() && (ext == ".json" || ext == ".txt" || ext == ".safetensors")) {
-      files.push_back(entry.path());
-    }
-  }
-  std::sort(files.begin(), files.end());
-  Sha256 h;
-  for (const auto& file : files) {
-    h.update(file.lexically_relative(dir).generic_string());
-    h.update(sha256_file(file));
-  }
-  return h.hex_digest();
-}
-
 class BertTextEncoder final : public TorchEncoder {
  public:
-  BertTextEncoder(const TextSection& section, const std::string& device)
+  // `hash`: the folder's identity, on its way on another thread (440 MB for BERT-base): it
+  // overlaps the loading, and is waited for last.
+  BertTextEncoder(const TextSection& section, const std::string& device, ModelHash hash)
       : BertTextEncoder(section, device, read_model_folder(section.encoder.path),
-                        // Hashing the weights (440 MB for BERT-base) overlaps loading them.
-                        std::async(std::launch::async, folder_sha256, section.encoder.path)) {}
+                        std::move(hash)) {}
 
  protected:
   std::vector<SampleEmbedding> run(const std::vector<PreparedSamplePtr>& batch) override {
@@ -99,7 +80,7 @@ class BertTextEncoder final : public TorchEncoder {
 
  private:
   BertTextEncoder(const TextSection& section, const std::string& device,
-                  const ModelFolder& folder, std::future<std::string> folder_hash)
+                  const ModelFolder& folder, ModelHash folder_hash)
       : TorchEncoder(Modality::kText, section, device, /*model_sha256=*/""),
         model_(folder, device_, to_scalar_type(section.dtype), section.output_layer),
         dtype_(to_scalar_type(section.dtype)),
@@ -131,8 +112,8 @@ class BertTextEncoder final : public TorchEncoder {
 }  // namespace
 
 std::unique_ptr<Encoder> make_bert_text_encoder(const TextSection& section,
-                                                const std::string& device) {
-  return std::make_unique<BertTextEncoder>(section, device);
+                                                const std::string& device, ModelHash hash) {
+  return std::make_unique<BertTextEncoder>(section, device, std::move(hash));
 }
 
 }  // namespace precompute

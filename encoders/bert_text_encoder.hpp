@@ -11,6 +11,6 @@
 namespace precompute {
 
 std::unique_ptr<Encoder> make_bert_text_encoder(const TextSection& section,
-                                                const std::string& device);
+                                                const std::string& device, ModelHash hash);
 
 }  // namespace precompute

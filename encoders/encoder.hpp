@@ -4,7 +4,9 @@
 // cmake/PrecomputeDependencies.cmake). An Encoder instance owns one model on one device and is
 // used by one thread at a time (the inference stage checks instances out of a pool).
 
+#include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,11 +62,22 @@ class Encoder {
   virtual std::string input_dtype() const = 0;
 };
 
+// The identity of `modality`'s model, as EncoderInfo::model_sha256 records it: the SHA-256 of a
+// TorchScript file, or of a BERT folder's files (the names and contents of its .json, .txt and
+// .safetensors files, in sorted order: a README edit does not change it). Once `*cancelled` is
+// set it stops early and returns "".
+std::string model_sha256(const Config& config, Modality modality,
+                         const std::atomic<bool>* cancelled = nullptr);
+
+// model_sha256() on its way: computed on a thread of its own, beside the loading.
+using ModelHash = std::shared_future<std::string>;
+
 // Loads the encoder of `modality` as the config describes it onto `device`, and runs one warm-up
 // batch through it, which checks the model's inputs and outputs against the config and learns the
-// output width. Throws ConfigError/ModelError with the fix.
+// output width. Throws ConfigError/ModelError with the fix. `hash`: the model's identity if
+// already started (EarlyStart), else the loading starts it.
 std::unique_ptr<Encoder> load_encoder(const Config& config, Modality modality,
-                                      const std::string& device);
+                                      const std::string& device, ModelHash hash = {});
 
 // Sets LibTorch's intra-op threads (0: one per core) before any model runs.
 void configure_torch_threads(int threads);

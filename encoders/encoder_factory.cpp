@@ -4,6 +4,8 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include <filesystem>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -22,21 +24,65 @@
 #include "encoders/text_encoder.hpp"
 #include "encoders/video_encoder.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
 
-std::unique_ptr<Encoder> load_encoder(const Config& config, Modality modality,
-                                      const std::string& device) {
-  const auto resolved = resolve_device(device);
+namespace {
+
+// A BERT folder's identity (model_sha256()).
+std::string folder_sha256(const std::filesystem::path& dir, const std::atomic<bool>* cancelled) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    const auto ext = entry.path().extension();
+    if (entry.is_regular_file() && (ext == ".json" || ext == ".txt" || ext == ".safetensors")) {
+      files.push_back(entry.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  Sha256 h;
+  for (const auto& file : files) {
+    h.update(file.lexically_relative(dir).generic_string());
+    h.update(sha256_file(file, cancelled));
+    if (cancelled != nullptr && cancelled->load()) return "";
+  }
+  return h.hex_digest();
+}
+
+}  // namespace
+
+std::string model_sha256(const Config& config, Modality modality,
+                         const std::atomic<bool>* cancelled) {
   switch (modality) {
     case Modality::kVideo:
-      return make_video_encoder(config.video, resolved);
+      return sha256_file(config.video.encoder.path, cancelled);
     case Modality::kAudio:
-      return make_audio_encoder(config.audio, resolved);
+      return sha256_file(config.audio.encoder.path, cancelled);
     case Modality::kText:
       return config.text.encoder.type == EncoderType::kBert
-                 ? make_bert_text_encoder(config.text, resolved)
-                 : make_text_encoder(config.text, resolved);
+                 ? folder_sha256(config.text.encoder.path, cancelled)
+                 : sha256_file(config.text.encoder.path, cancelled);
+  }
+  PC_ASSERT(false, "unknown modality");
+}
+
+std::unique_ptr<Encoder> load_encoder(const Config& config, Modality modality,
+                                      const std::string& device, ModelHash hash) {
+  const auto resolved = resolve_device(device);
+  if (!hash.valid()) {
+    hash = std::async(std::launch::async, [&config, modality] {
+             return model_sha256(config, modality);
+           }).share();
+  }
+  switch (modality) {
+    case Modality::kVideo:
+      return make_video_encoder(config.video, resolved, std::move(hash));
+    case Modality::kAudio:
+      return make_audio_encoder(config.audio, resolved, std::move(hash));
+    case Modality::kText:
+      return config.text.encoder.type == EncoderType::kBert
+                 ? make_bert_text_encoder(config.text, resolved, std::move(hash))
+                 : make_text_encoder(config.text, resolved, std::move(hash));
   }
   PC_ASSERT(false, "unknown modality");
 }

@@ -10,7 +10,6 @@
 #include "encoders/torch_encoder.hpp"
 #include "encoders/torchscript_model.hpp"
 #include "pipeline/core/error.hpp"
-#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
 namespace {
@@ -22,8 +21,8 @@ namespace {
 // cls, max, or none to keep every token), or one vector per caption [B, D] with pooling: model.
 class TextEncoder final : public TorchEncoder {
  public:
-  TextEncoder(const TextSection& section, const std::string& device)
-      : TorchEncoder(Modality::kText, section, device, sha256_file(section.encoder.path)),
+  TextEncoder(const TextSection& section, const std::string& device, const ModelHash& hash)
+      : TorchEncoder(Modality::kText, section, device, hash.get()),
         model_(section.encoder.path, device_, section.dtype),
         section_(section) {
     PC_CHECK(model_.num_inputs() == 2 || model_.num_inputs() == 3, ModelError, "text model ",
@@ -99,9 +98,9 @@ class TextEncoder final : public TorchEncoder {
 
 }  // namespace
 
-std::unique_ptr<Encoder> make_text_encoder(const TextSection& section,
-                                           const std::string& device) {
-  return std::make_unique<TextEncoder>(section, device);
+std::unique_ptr<Encoder> make_text_encoder(const TextSection& section, const std::string& device,
+                                           ModelHash hash) {
+  return std::make_unique<TextEncoder>(section, device, hash);
 }
 
 }  // namespace precompute

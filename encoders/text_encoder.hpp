@@ -9,6 +9,7 @@
 
 namespace precompute {
 
-std::unique_ptr<Encoder> make_text_encoder(const TextSection& section, const std::string& device);
+std::unique_ptr<Encoder> make_text_encoder(const TextSection& section, const std::string& device,
+                                           ModelHash hash);
 
 }  // namespace precompute

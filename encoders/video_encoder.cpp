@@ -8,7 +8,6 @@
 #include "encoders/torch_encoder.hpp"
 #include "encoders/torchscript_model.hpp"
 #include "pipeline/core/error.hpp"
-#include "pipeline/core/sha256.hpp"
 
 namespace precompute {
 namespace {
@@ -24,8 +23,8 @@ namespace {
 // Frames are uploaded as uint8 and converted on the device: a quarter of the bytes cross PCIe.
 class VideoEncoder final : public TorchEncoder {
  public:
-  VideoEncoder(const VideoSection& section, const std::string& device)
-      : TorchEncoder(Modality::kVideo, section, device, sha256_file(section.encoder.path)),
+  VideoEncoder(const VideoSection& section, const std::string& device, const ModelHash& hash)
+      : TorchEncoder(Modality::kVideo, section, device, hash.get()),
         model_(section.encoder.path, device_, section.dtype),
         section_(section) {
     const auto options = at::TensorOptions().dtype(at::kFloat).device(device_);
@@ -128,9 +127,9 @@ class VideoEncoder final : public TorchEncoder {
 
 }  // namespace
 
-std::unique_ptr<Encoder> make_video_encoder(const VideoSection& section,
-                                            const std::string& device) {
-  return std::make_unique<VideoEncoder>(section, device);
+std::unique_ptr<Encoder> make_video_encoder(const VideoSection& section, const std::string& device,
+                                           ModelHash hash) {
+  return std::make_unique<VideoEncoder>(section, device, hash);
 }
 
 }  // namespace precompute

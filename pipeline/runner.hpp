@@ -71,8 +71,11 @@ struct RunContext {
 // code each maps to); per-sample problems are failure records, never exceptions.
 RunSummary run_precompute(const Config& config, const RunContext& context = {});
 
+class EarlyStart;  // encoders/early_start.hpp
+
 // Loads and warms up every configured encoder, one instance per device of its modality.
-EncoderPools load_encoders(const Config& config);
+// `early`: the CUDA start and model hashes a run began beside its input's read, if any.
+EncoderPools load_encoders(const Config& config, EarlyStart* early = nullptr);
 
 // The summary as printed at the end of a run.
 std::string format_summary(const RunSummary& summary);

@@ -193,13 +193,16 @@ std::string sha256_hex(std::string_view data) {
   return h.hex_digest();
 }
 
-std::string sha256_file(const std::filesystem::path& file) {
+std::string sha256_file(const std::filesystem::path& file, const std::atomic<bool>* cancelled) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
   PC_CHECK(f != nullptr, StorageError, "cannot read ", file, " to hash it: ", std::strerror(errno));
   Sha256 h;
   std::vector<char> buffer(1 << 20);
   size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), f.get())) > 0) h.update(buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), f.get())) > 0) {
+    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) return "";
+    h.update(buffer.data(), n);
+  }
   PC_CHECK(!std::ferror(f.get()), StorageError, "error reading ", file, " to hash it");
   return h.hex_digest();
 }

@@ -4,6 +4,7 @@
 // 170 MB/s), else portable. Not thread-safe per instance; use one Sha256 per thread.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -34,8 +35,10 @@ class Sha256 {
 };
 
 std::string sha256_hex(std::string_view data);
-// Hashes a whole file; throws StorageError naming the file when it cannot be read.
-std::string sha256_file(const std::filesystem::path& file);
+// Hashes a whole file; throws StorageError naming the file when it cannot be read. Once
+// `*cancelled` is set it stops between two reads and returns "" (for a hash nobody will use).
+std::string sha256_file(const std::filesystem::path& file,
+                        const std::atomic<bool>* cancelled = nullptr);
 
 
 }  // namespace precompute

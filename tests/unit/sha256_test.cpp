@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "pipeline/core/error.hpp"
+
+#include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -57,6 +61,22 @@ TEST(Sha256Test, FileHashMatchesContent) {
   EXPECT_EQ(sha256_file(path), sha256_hex("abc"));
   std::filesystem::remove(path);
   EXPECT_THROW(sha256_file(path), std::exception);
+}
+
+TEST(Sha256Test, AFileHashStopsOnceCancelled) {
+  const auto path = std::filesystem::temp_directory_path() / "precompute-sha256-cancel.bin";
+  const std::string content(3 << 20, 'x');  // three of the 1 MiB reads
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << content;
+  }
+  std::atomic<bool> cancelled{false};
+  EXPECT_EQ(sha256_file(path, &cancelled), sha256_hex(content));
+  cancelled = true;
+  EXPECT_EQ(sha256_file(path, &cancelled), "");
+  std::filesystem::remove(path);
+  // A file that cannot be read is an error even when the hash is no longer wanted.
+  EXPECT_THROW(sha256_file(path, &cancelled), StorageError);
 }
 
 }  // namespace

@@ -74,7 +74,8 @@ def busy_seconds(line: str) -> dict:
 
 
 def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, devices: list,
-                   dtype: str, tag: str, run_options: dict, log_level: str = "info") -> dict:
+                   dtype: str, tag: str, run_options: dict, log_level: str = "info",
+                   gpu_sampler: bool = True) -> dict:
     out = work / f"out-{tag}"
     cfg = {"input": {"manifest": str(manifest)},
            "output": {"path": str(out), "dtype": "float16", "shard_size": 8192,
@@ -86,8 +87,8 @@ def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, de
     cfg_path = work / f"{tag}.yaml"
     cfg_path.write_text(json.dumps(cfg))
     sampler = (GpuMemorySampler(utilisation=True)
-               if any(d.startswith("cuda") for d in devices) and GpuMemorySampler.available()
-               else None)
+               if gpu_sampler and any(d.startswith("cuda") for d in devices)
+               and GpuMemorySampler.available() else None)
     if sampler:
         sampler.start()
     before = os.times()
@@ -149,6 +150,9 @@ def main() -> int:
     ap.add_argument("--peer-runs", type=int, default=None, help="default: --runs; 0: no peer")
     ap.add_argument("--run-option", action="append", default=[], metavar="KEY=JSON",
                     help="a key of precompute's run section, e.g. max_in_flight=65536")
+    ap.add_argument("--no-gpu-sampler", action="store_true",
+                    help="time precompute without nvidia-smi polling utilisation and memory beside "
+                         "it (three nvidia-smi loops at 100 ms; the peer's runs never have them)")
     ap.add_argument("--log-level", default="info",
                     help="precompute's; debug logs each text batch's timeline (its log: "
                          "--work/<devices>-<run>.log)")
@@ -184,7 +188,7 @@ def main() -> int:
                     runs[b].append(run_precompute(
                         binary, model_dir, manifest, args.work, devices, dtype,
                         f"{name.replace(':', '').replace(',', '+')}{suffix}-{k}", run_options,
-                        args.log_level))
+                        args.log_level, gpu_sampler=not args.no_gpu_sampler))
             for b, binary in enumerate(binaries):
                 which = f", {binary}" if len(binaries) > 1 else ""
                 results.append(summarise(f"precompute ({name}{label}{which})", runs[b]))
