@@ -17,16 +17,22 @@ Profile of each precompute run: its summary's busy seconds per stage (route, ass
 shards, commit, encode), and each GPU's mean utilisation from nvidia-smi sampled every 100 ms
 while the process ran.
 
+With --log-level debug, each precompute run also gets its start-up timeline: the seconds from
+the process's start to each of its "start-up:" and "exit:" lines, and to the process's end
+(printed, and in the JSON as "timeline").
+
 Writes $OUT/text_scale.json and prints a table.
 """
 import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,6 +40,25 @@ from text_throughput import GpuMemorySampler, binary_env, make_data, parse_summa
 
 ROOT = Path(__file__).resolve().parents[2]
 BUSY = re.compile(r"busy:((?: [a-z ]+? [\d.]+ s)+)")
+LOG_LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3})\] \[[a-z]+\] "
+                      r"((?:start-up|exit|input|compute): .*|done: \d+ samples in [\d.]+ s)")
+
+
+def timeline(log: str, started: datetime, ended: datetime) -> list:
+    """[seconds from the process's start, what] for the log's start-up and exit lines (their
+    timestamps are the wall clock's, to the millisecond), then the process's end."""
+    rows = []
+    for line in log.splitlines():
+        m = LOG_LINE.match(line)
+        if not m:
+            continue
+        h, mi, sec, ms = (int(g) for g in m.groups()[:4])
+        at = started.replace(hour=h, minute=mi, second=sec, microsecond=ms * 1000)
+        if at < started - timedelta(hours=12):  # the run crossed midnight
+            at += timedelta(days=1)
+        rows.append([round((at - started).total_seconds(), 3), m.group(5)])
+    rows.append([round((ended - started).total_seconds(), 3), "the process has ended"])
+    return rows
 
 PEER = r'''
 import json, sys, time
@@ -77,6 +102,9 @@ def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, de
                    dtype: str, tag: str, run_options: dict, log_level: str = "info",
                    gpu_sampler: bool = True) -> dict:
     out = work / f"out-{tag}"
+    # Every timed run is a first run: an earlier call's output in the same place would make
+    # this one remove it (--overwrite), inside its clock.
+    shutil.rmtree(out, ignore_errors=True)
     cfg = {"input": {"manifest": str(manifest)},
            "output": {"path": str(out), "dtype": "float16", "shard_size": 8192,
                       "overwrite": True},
@@ -91,12 +119,15 @@ def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, de
                and GpuMemorySampler.available() else None)
     if sampler:
         sampler.start()
+    env = binary_env(binary)
     before = os.times()
+    started = datetime.now()
     t = time.perf_counter()
     r = subprocess.run([str(binary), "run", "--config", str(cfg_path), "--log-level", log_level],
                        capture_output=True,
-                       text=True, env=binary_env(binary), timeout=900)
+                       text=True, env=env, timeout=900)
     wall = time.perf_counter() - t
+    ended = datetime.now()
     cpu_s = child_cpu_seconds(before)
     if sampler:
         sampler.stop()
@@ -104,10 +135,15 @@ def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, de
     if r.returncode != 0:
         raise RuntimeError(f"precompute {tag}: exit {r.returncode}: {(r.stderr + r.stdout)[-2000:]}")
     s = parse_summary(r.stderr + r.stdout)
-    return {"n": s["samples"], "whole_s": wall, "run_s": s["seconds"],
-            "load_s": s.get("load_seconds"), "busy": busy_seconds(s["line"]),
-            "cpu_s": cpu_s, "gpu_util_mean": sampler.utilisation_means() if sampler else {},
-            "peak_rss_mb": s.get("peak_rss_mb")}
+    got = {"n": s["samples"], "whole_s": wall, "run_s": s["seconds"],
+           "load_s": s.get("load_seconds"), "busy": busy_seconds(s["line"]),
+           "cpu_s": cpu_s, "gpu_util_mean": sampler.utilisation_means() if sampler else {},
+           "peak_rss_mb": s.get("peak_rss_mb")}
+    if log_level in ("debug", "trace"):
+        got["timeline"] = timeline(r.stderr + r.stdout, started, ended)
+        for at, what in got["timeline"]:
+            print(f"  {tag} {at:7.3f} s  {what}", flush=True)
+    return got
 
 
 def run_peer(model_dir: Path, manifest: Path, device: str) -> dict:
