@@ -19,9 +19,10 @@ namespace precompute {
 // output: an invalid input writes nothing, and an output that must be refused is refused before
 // any model loads (Note [Refuse before touching the output] in pipeline/runner.cpp). But two
 // parts of the loading change nothing that a refusal protects, and on a 1,000,000-caption job on
-// one H200 they cost as much as reading the input (0.39 s on 16 cores):
-//  - starting CUDA: the driver (0.19 s), then a context and the caching allocator on each device
-//    (0.12-0.15 s);
+// one H200 they cost as much as reading the input (0.4 s on 16 cores):
+//  - starting CUDA: the driver (0.19 s), a context and the caching allocator on each device
+//    (0.12-0.15 s), then cuBLAS and the first kernels of a transformer layer, which the warm-up
+//    batch otherwise loads (it went from 0.29 to 0.10-0.15 s);
 //  - the models' identities (model_sha256(); BERT-base's folder, 440 MB, takes 0.4-0.55 s beside
 //    the weights' copy), which the loading otherwise waits for after its warm-up.
 // So both start with the run, on threads of their own, and the loading finds them done or under
