@@ -72,9 +72,9 @@ void remove_file(const fs::path& file) {
 
 // Note [Removing an earlier run's files at once]
 // Unlinking a large file frees its extents, milliseconds a file on ext4: the 125 shards of 13 MB
-// of a 1,000,000-caption run took 0.64 s one after another on the GPU machine, 0.69-0.74 s on 2
-// cores, where eight removals at once take about half (docs/benchmarks.md). So the files go on up
-// to 8 threads. Interrupted, any of them may be gone, not a prefix: a resume checks every shard
+// of a 1,000,000-caption run took 0.64 s one after another on the GPU machine and 0.61-0.77 s on
+// 2 cores, where 8 threads take 0.30-0.33 s (docs/benchmarks.md). So the files go on up to 8
+// threads. Interrupted, any of them may be gone, not a prefix: a resume checks every shard
 // the index lists (committed_shard_problem) and redoes those that are missing.
 void remove_files(const std::vector<fs::path>& files) {
   constexpr size_t kMostAtOnce = 8;
