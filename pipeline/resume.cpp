@@ -126,6 +126,7 @@ void check_same_settings(const ShardMeta& previous, const ShardMeta& current,
 }
 
 void check_same_input(const OutputIndex& previous, const std::vector<SampleSpec>& samples,
+                      const std::shared_future<std::string>& whole_identity,
                       const std::vector<std::string>& keep_columns,
                       const std::filesystem::path& output) {
   // The kept columns' values are part of the input's identity: another list would read as an
@@ -144,7 +145,10 @@ void check_same_input(const OutputIndex& previous, const std::vector<SampleSpec>
            before, " samples, but the input now has ", samples.size(),
            "; samples may only be appended between runs. Use the earlier input to resume, "
            "--overwrite to start over, or another --output");
-  PC_CHECK(input_identity(samples, before) == previous.input_sha256, ConfigError,
+  const std::string identity = before == samples.size() && whole_identity.valid()
+                                   ? whole_identity.get()
+                                   : input_identity(samples, before);
+  PC_CHECK(identity == previous.input_sha256, ConfigError,
            "the input changed since the run in ", output, ": its first ", before,
            " samples (ids, paths, texts or kept columns' values) are not the ones processed "
            "before; samples may "

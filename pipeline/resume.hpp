@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,10 @@ void check_same_settings(const ShardMeta& previous, const ShardMeta& current,
 // Throws ConfigError when the input is not the earlier run's input, or that input with samples
 // appended. Logs what grew.
 // Also refuses another output.keep_columns (`keep_columns`) than the earlier run's.
+// `whole_identity`: input_identity() of all of `samples`, on its way on another thread; taken
+// instead of hashing them again when the input has not grown.
 void check_same_input(const OutputIndex& previous, const std::vector<SampleSpec>& samples,
+                      const std::shared_future<std::string>& whole_identity,
                       const std::vector<std::string>& keep_columns,
                       const std::filesystem::path& output);
 
