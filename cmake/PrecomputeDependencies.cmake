@@ -96,6 +96,17 @@ if(PRECOMPUTE_NVCC AND NOT PRECOMPUTE_CUDA STREQUAL "OFF")
   find_package(Torch REQUIRED)
   if(CAFFE2_USE_CUDA)
     set(PRECOMPUTE_WITH_CUDA ON)
+    # precompute's own kernels (pipeline/media, encoders/bert), in the top directory's scope so
+    # that both folders can compile CUDA.
+    if(NOT CMAKE_CUDA_COMPILER)
+      set(CMAKE_CUDA_COMPILER "${PRECOMPUTE_NVCC}")
+    endif()
+    if(NOT CMAKE_CUDA_ARCHITECTURES)
+      # H100/H200 natively, and PTX that newer GPUs compile at load time.
+      set(CMAKE_CUDA_ARCHITECTURES 90-real 90-virtual)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
   endif()
 else()
   # CPU-only build. LibTorch's CMake package refuses to load without a CUDA toolkit when the

@@ -8,7 +8,12 @@
 #include <string>
 
 #include "encoders/bert/safetensors_file.hpp"
+#include "encoders/bert/short_attention_kernel.hpp"
 #include "pipeline/core/error.hpp"
+
+#if PRECOMPUTE_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace precompute {
 
@@ -17,8 +22,9 @@ namespace precompute {
 // spends matmul and attention time on padding in proportion to max/mean length. Packing puts
 // the B sequences' T tokens end to end: embeddings, the QKV/output projections, the FFN and the
 // LayerNorms then run on [T, H] with no padding at all, and attention runs per sequence through
-// the variable-length flash-attention kernel, driven by cu_seqlens. Where that kernel does not
-// apply (CPU, fp32), attention alone scatters into a padded [B, L] layout and back.
+// the variable-length flash-attention kernel, driven by cu_seqlens, or, for batches of short
+// sequences, through precompute's own kernel (Note [Attention for short sequences]). Where neither applies (CPU, fp32), attention alone scatters
+// into a padded [B, L] layout and back.
 
 PackedBatch pack_sequences(const std::vector<const std::vector<int32_t>*>& sequences,
                            const c10::Device& device) {
@@ -28,6 +34,7 @@ PackedBatch pack_sequences(const std::vector<const std::vector<int32_t>*>& seque
     b.lengths.push_back(static_cast<int64_t>(s->size()));
     b.total += static_cast<int64_t>(s->size());
     b.max_length = std::max<int64_t>(b.max_length, static_cast<int64_t>(s->size()));
+    b.squared_lengths += static_cast<int64_t>(s->size()) * static_cast<int64_t>(s->size());
   }
   const auto host = [&](at::ScalarType type, int64_t n) {
     return at::empty({n}, at::TensorOptions().dtype(type).pinned_memory(device.is_cuda()));
@@ -134,17 +141,33 @@ class WeightLoader {
   std::string prefix_;
 };
 
+std::string forced_attention() {
+  const char* forced = std::getenv("PRECOMPUTE_BERT_ATTENTION");
+  return forced == nullptr ? "" : forced;
+}
+
 BertModel::Attention choose_attention(const c10::Device& device, at::ScalarType dtype,
                                       int64_t head_dim) {
   // PRECOMPUTE_BERT_ATTENTION=padded forces the padded path, to measure what packing gains.
-  if (const char* forced = std::getenv("PRECOMPUTE_BERT_ATTENTION");
-      forced != nullptr && std::string(forced) == "padded") {
-    return BertModel::Attention::kPadded;
-  }
+  if (forced_attention() == "padded") return BertModel::Attention::kPadded;
   const bool flash_dtype = dtype == at::kHalf || dtype == at::kBFloat16;
   const bool flash_shape = head_dim % 8 == 0 && head_dim <= 256;
   return device.is_cuda() && flash_dtype && flash_shape ? BertModel::Attention::kPacked
                                                         : BertModel::Attention::kPadded;
+}
+
+// Whether packed batches of at most kShortAttentionMaxLength tokens take the short-sequence
+// kernel (Note [Attention for short sequences]); PRECOMPUTE_BERT_ATTENTION=flash keeps them on
+// flash attention, to measure what the kernel gains.
+bool choose_short_attention(BertModel::Attention attention, int64_t head_dim) {
+#if PRECOMPUTE_WITH_CUDA
+  return attention == BertModel::Attention::kPacked && forced_attention() != "flash" &&
+         short_attention_takes_head_dim(head_dim);
+#else
+  (void)attention;
+  (void)head_dim;
+  return false;
+#endif
 }
 
 }  // namespace
@@ -162,6 +185,7 @@ BertModel::BertModel(const ModelFolder& folder, const c10::Device& device, at::S
   eps_ = c.layer_norm_eps;
   activation_ = c.hidden_act;
   attention_ = choose_attention(device, dtype, head_dim_);
+  short_attention_ = choose_short_attention(attention_, head_dim_);
   const int layers = c.num_hidden_layers;
   const int used = output_layer < 0 ? layers + 1 + output_layer : output_layer;
   PC_CHECK(used >= 0 && used <= layers, ModelError, "text.output_layer ", output_layer,
@@ -210,10 +234,38 @@ at::Tensor BertModel::activation(const at::Tensor& x) const {
   return at::gelu(x, "tanh");  // gelu_new, gelu_pytorch_tanh
 }
 
+bool BertModel::takes_short_attention(const PackedBatch& batch) const {
+  const auto sequences = static_cast<int64_t>(batch.lengths.size());
+  return short_attention_ && batch.max_length > 0 &&
+         batch.max_length <= kShortAttentionMaxLength &&
+         batch.squared_lengths <= kShortAttentionMaxMeanSquaredLength * sequences;
+}
+
 at::Tensor BertModel::attend(const at::Tensor& qkv, const PackedBatch& batch) const {
   const int64_t t = batch.total;
   const auto parts = qkv.view({t, 3, heads_, head_dim_}).unbind(1);  // each [T, heads, d]
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+#if PRECOMPUTE_WITH_CUDA
+  if (takes_short_attention(batch)) {
+    auto out = at::empty({t, hidden_}, qkv.options());
+    ShortAttentionParams p;
+    p.qkv = qkv.data_ptr();
+    p.out = out.data_ptr();
+    p.cu_seqlens = batch.cu_seqlens.data_ptr<int32_t>();
+    p.sequences = static_cast<int64_t>(batch.lengths.size());
+    p.heads = static_cast<int>(heads_);
+    p.head_dim = static_cast<int>(head_dim_);
+    p.max_length = static_cast<int>(batch.max_length);
+    p.scale = static_cast<float>(scale);
+    p.bfloat16 = qkv.scalar_type() == at::kBFloat16;
+    const int error = launch_short_attention(
+        p, c10::cuda::getCurrentCUDAStream(qkv.device().index()).stream());
+    PC_CHECK(error == 0, ModelError, "BERT's short-sequence attention kernel failed to start (",
+             short_attention_error_name(error), ") on ", p.sequences, " sequences of at most ",
+             p.max_length, " tokens; PRECOMPUTE_BERT_ATTENTION=flash runs flash attention instead");
+    return out;
+  }
+#endif
   if (attention_ == Attention::kPacked) {
     // The kernel takes q, k and v as strided views of the fused projection (it needs only the
     // last dimension contiguous): copying them out cost 36 passes over [T, H] a batch, 10% of

@@ -26,6 +26,7 @@ struct PackedBatch {
   std::vector<int64_t> lengths;  // tokens per sequence
   int64_t max_length = 0;
   int64_t total = 0;        // T
+  int64_t squared_lengths = 0;  // the sum of each sequence's length squared
 };
 
 // Packs `sequences` for `device`; host staging memory is pinned when the device is a GPU.
@@ -35,7 +36,8 @@ PackedBatch pack_sequences(const std::vector<const std::vector<int32_t>*>& seque
 class BertModel {
  public:
   enum class Attention {
-    kPacked,  // variable-length flash attention over the packed tokens (CUDA, fp16/bf16)
+    kPacked,  // the packed tokens: variable-length flash attention, or the short-sequence
+              // kernel for batches it takes (CUDA, fp16/bf16)
     kPadded,  // scaled_dot_product_attention on a padded copy (CPU, fp32, or when forced)
   };
 
@@ -52,6 +54,9 @@ class BertModel {
   int64_t vocab_size() const { return vocab_size_; }
   int64_t max_positions() const { return max_positions_; }
   Attention attention() const { return attention_; }
+  // Whether `batch` runs the short-sequence kernel rather than flash attention (CUDA builds;
+  // Note [Attention for short sequences]).
+  bool takes_short_attention(const PackedBatch& batch) const;
   // Every weight tensor the model holds.
   std::vector<at::Tensor> weights() const;
 
@@ -76,6 +81,7 @@ class BertModel {
   double eps_ = 1e-12;
   std::string activation_;
   Attention attention_ = Attention::kPadded;
+  bool short_attention_ = false;  // for batches of at most kShortAttentionMaxLength tokens
   at::Tensor word_, position_, token_type0_, embed_norm_weight_, embed_norm_bias_;
   std::vector<Layer> layers_;  // only up to the output layer
 };

@@ -1,5 +1,6 @@
 // Tests that need a CUDA device (CTest label `gpu`): the paths a CPU machine cannot reach.
 //   - BERT's packed flash-attention path against the padded path and a float32 CPU reference;
+//   - the short-sequence attention kernel against flash attention and float32 attention;
 //   - two encode() calls at once on one encoder, each on its own CUDA stream, against the same
 //     batches run one at a time (bit for bit);
 //   - the caching allocator's cap (cap_device_memory): a batch past it fails as
@@ -33,6 +34,7 @@
 
 #include "encoders/bert/bert_model.hpp"
 #include "encoders/bert/model_folder.hpp"
+#include "encoders/bert/short_attention_kernel.hpp"
 #include "encoders/embedding_output.hpp"
 #include "encoders/encoder.hpp"
 #include "pipeline/core/config.hpp"
@@ -194,6 +196,134 @@ TEST_F(BertAttentionTest, FlashPathKeepsSequencesApart) {
         << "sequence of " << n << " tokens at offset " << offset;
     offset += n;
   }
+}
+
+TEST_F(BertAttentionTest, ShortSequenceKernelMatchesFlashAndFloat32Reference) {
+  // Batches of short sequences take the short-sequence kernel; PRECOMPUTE_BERT_ATTENTION=flash
+  // keeps them on flash attention. Both against the float32 CPU model.
+  const c10::Device cuda("cuda:0");
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> token(1000, static_cast<int32_t>(folder_.config.vocab_size - 1));
+  const auto make = [&](const std::vector<int>& lengths) {
+    std::vector<std::vector<int32_t>> out;
+    for (const int n : lengths) {
+      std::vector<int32_t> s(static_cast<size_t>(n));
+      for (auto& t : s) t = token(rng);
+      out.push_back(std::move(s));
+    }
+    return out;
+  };
+  // Lengths around a warp's 32 lanes and up to the kernel's 64, among enough short ones that
+  // the mean squared length (below 22^2) picks the kernel.
+  std::vector<int> lengths = {1, 2, 3, 7, 14, 31, 32, 33, 40, 63, 64, 5};
+  for (int i = 0; i < 60; ++i) lengths.push_back(3 + i % 9);
+  const auto seqs = make(lengths);
+  const auto packed_of = [](const std::vector<std::vector<int32_t>>& s) {
+    std::vector<const std::vector<int32_t>*> ptrs;
+    for (const auto& x : s) ptrs.push_back(&x);
+    return pack_sequences(ptrs, c10::Device("cpu"));
+  };
+  for (const auto dtype : {at::kHalf, at::kBFloat16}) {
+    const BertModel model(folder_, cuda, dtype, -1);
+    ASSERT_TRUE(model.takes_short_attention(packed_of(seqs)));
+    EXPECT_FALSE(model.takes_short_attention(packed_of(make({65, 3, 3, 3, 3, 3, 3, 3}))))
+        << "a sequence past 64 tokens";
+    EXPECT_FALSE(model.takes_short_attention(packed_of(make({24, 24, 23}))))
+        << "a mean squared length past 22^2";
+    EXPECT_TRUE(model.takes_short_attention(packed_of(make({22, 22}))));
+    ::setenv("PRECOMPUTE_BERT_ATTENTION", "flash", 1);
+    const BertModel flash(folder_, cuda, dtype, -1);
+    ::unsetenv("PRECOMPUTE_BERT_ATTENTION");
+    ASSERT_FALSE(flash.takes_short_attention(packed_of(seqs)));
+    const BertModel reference(folder_, c10::Device("cpu"), at::kFloat, -1);
+
+    const auto got = run(model, seqs, cuda);
+    const auto other = run(flash, seqs, cuda);
+    const auto ref = run(reference, seqs, c10::Device("cpu"));
+    ASSERT_EQ(got.sizes(), ref.sizes());
+    const double vs_ref = row_cosines(got, ref).min().item<double>();
+    const double flash_vs_ref = row_cosines(other, ref).min().item<double>();
+    RecordProperty(std::string("min_cosine_short_vs_fp32_") + c10::toString(dtype),
+                   std::to_string(vs_ref));
+    EXPECT_GE(vs_ref, 0.999) << c10::toString(dtype) << ": short kernel against float32";
+    EXPECT_GE(flash_vs_ref, 0.999) << c10::toString(dtype) << ": flash against float32";
+    EXPECT_GE(row_cosines(got, other).min().item<double>(), 0.999)
+        << c10::toString(dtype) << ": short kernel against flash";
+  }
+}
+
+// The kernel alone, on random queries, keys and values, against attention computed in float32
+// from the same 16-bit inputs: every head size it takes, lengths around a warp's 32 lanes and
+// its 64-token bound.
+TEST(ShortAttentionKernelTest, MatchesFloat32AttentionForEveryHeadSizeAndLength) {
+  NEED_GPU();
+  const c10::Device cuda("cuda:0");
+  const std::vector<int> lengths = {1, 2, 3, 7, 16, 31, 32, 33, 47, 63, 64, 9};
+  const int heads = 3;
+  std::vector<int32_t> offsets = {0};
+  for (const int n : lengths) offsets.push_back(offsets.back() + n);
+  const int64_t total = offsets.back();
+  const auto cu = at::tensor(offsets, at::kInt).to(cuda);
+  c10::InferenceMode guard;
+  for (const auto dtype : {at::kHalf, at::kBFloat16}) {
+    for (const int d : {8, 32, 64, 72, 128}) {
+      at::manual_seed(d);
+      const auto qkv = at::randn({total, 3, heads, d}, at::TensorOptions().device(cuda)).to(dtype);
+      auto out = at::full({total, heads * d}, NAN, qkv.options());
+      ShortAttentionParams p;
+      p.qkv = qkv.data_ptr();
+      p.out = out.data_ptr();
+      p.cu_seqlens = cu.data_ptr<int32_t>();
+      p.sequences = static_cast<int64_t>(lengths.size());
+      p.heads = heads;
+      p.head_dim = d;
+      p.max_length = 64;
+      p.scale = static_cast<float>(1.0 / std::sqrt(d));
+      p.bfloat16 = dtype == at::kBFloat16;
+      ASSERT_EQ(launch_short_attention(p, c10::cuda::getCurrentCUDAStream().stream()), 0);
+      const auto x = qkv.to(at::kFloat);
+      double worst = 0;
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        const auto part = x.narrow(0, offsets[i], lengths[i]).transpose(0, 2);  // [h, 3, L, d]
+        const auto q = part.select(1, 0), k = part.select(1, 1), v = part.select(1, 2);
+        const auto want = at::matmul(at::softmax(at::matmul(q, k.transpose(1, 2)) * p.scale, -1), v)
+                              .transpose(0, 1)
+                              .reshape({lengths[i], heads * d});
+        const auto have = out.narrow(0, offsets[i], lengths[i]).to(at::kFloat);
+        worst = std::max(worst, (have - want).abs().max().item<double>());
+      }
+      // One rounding of an output below 3 in magnitude: 2^-7 in bfloat16, 2^-10 in float16.
+      const double bound = dtype == at::kBFloat16 ? 1.0 / 64 : 1.0 / 512;
+      EXPECT_LE(worst, bound) << c10::toString(dtype) << ", head_dim " << d;
+      EXPECT_FALSE(out.isnan().any().item<bool>()) << "a row was left unwritten";
+    }
+  }
+}
+
+TEST(ShortAttentionKernelTest, RefusesWhatItCannotTake) {
+  NEED_GPU();
+  const c10::Device cuda("cuda:0");
+  const auto qkv = at::zeros({80, 3, 2, 64}, at::TensorOptions().device(cuda).dtype(at::kHalf));
+  auto out = at::empty({80, 128}, qkv.options());
+  const auto cu = at::tensor(std::vector<int32_t>{0, 80}, at::kInt).to(cuda);
+  ShortAttentionParams p;
+  p.qkv = qkv.data_ptr();
+  p.out = out.data_ptr();
+  p.cu_seqlens = cu.data_ptr<int32_t>();
+  p.sequences = 1;
+  p.heads = 2;
+  p.head_dim = 64;
+  p.max_length = 80;  // past kShortAttentionMaxLength
+  p.bfloat16 = false;
+  const auto stream = c10::cuda::getCurrentCUDAStream().stream();
+  EXPECT_NE(launch_short_attention(p, stream), 0);
+  p.max_length = 64;
+  p.head_dim = 12;  // not a multiple of 8
+  EXPECT_NE(launch_short_attention(p, stream), 0);
+  p.head_dim = 64;
+  p.qkv = static_cast<const char*>(qkv.data_ptr()) + 2;  // not 16-byte aligned
+  EXPECT_NE(launch_short_attention(p, stream), 0);
+  EXPECT_STRNE(short_attention_error_name(launch_short_attention(p, stream)), "no error");
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -198,7 +198,7 @@ build_tests=OFF
 targets=()
 if [ "${GPU_TESTS:-0}" = 1 ]; then
   build_tests=ON
-  targets=(--target precompute decode_bench gpu_tests)
+  targets=(--target precompute decode_bench attention_bench gpu_tests)
 fi
 cmake_args=(
   -S "$root" -B "$build_dir" "${generator[@]}"
