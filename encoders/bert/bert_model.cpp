@@ -23,8 +23,8 @@ namespace precompute {
 // the B sequences' T tokens end to end: embeddings, the QKV/output projections, the FFN and the
 // LayerNorms then run on [T, H] with no padding at all, and attention runs per sequence through
 // the variable-length flash-attention kernel, driven by cu_seqlens, or, for batches of short
-// sequences, through precompute's own kernel (Note [Attention for short sequences]). Where neither applies (CPU, fp32), attention alone scatters
-// into a padded [B, L] layout and back.
+// sequences, through precompute's own kernel (Note [Attention for short sequences]). Where
+// neither applies (CPU, fp32), attention alone scatters into a padded [B, L] layout and back.
 
 PackedBatch pack_sequences(const std::vector<const std::vector<int32_t>*>& sequences,
                            const c10::Device& device) {
@@ -156,9 +156,9 @@ BertModel::Attention choose_attention(const c10::Device& device, at::ScalarType 
                                                         : BertModel::Attention::kPadded;
 }
 
-// Whether packed batches of at most kShortAttentionMaxLength tokens take the short-sequence
-// kernel (Note [Attention for short sequences]); PRECOMPUTE_BERT_ATTENTION=flash keeps them on
-// flash attention, to measure what the kernel gains.
+// Whether the model's packed batches may take the short-sequence kernel (each batch is then
+// decided by takes_short_attention); PRECOMPUTE_BERT_ATTENTION=flash keeps them all on flash
+// attention, to measure what the kernel gains.
 bool choose_short_attention(BertModel::Attention attention, int64_t head_dim) {
 #if PRECOMPUTE_WITH_CUDA
   return attention == BertModel::Attention::kPacked && forced_attention() != "flash" &&
@@ -247,6 +247,7 @@ at::Tensor BertModel::attend(const at::Tensor& qkv, const PackedBatch& batch) co
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
 #if PRECOMPUTE_WITH_CUDA
   if (takes_short_attention(batch)) {
+    PC_ASSERT(qkv.is_contiguous(), "the fused projection is [T, 3 * hidden], row-major");
     auto out = at::empty({t, hidden_}, qkv.options());
     ShortAttentionParams p;
     p.qkv = qkv.data_ptr();

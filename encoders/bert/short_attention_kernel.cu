@@ -15,16 +15,16 @@
 // attention was 13.6 of the forward's 33.5 ms, as much as every matmul together (12.9 ms),
 // although it reads and writes only 4 x [T, 768] values a layer.
 //
-// So for batches of short sequences (at most kShortAttentionMaxLength tokens each) one block of 4 warps takes one
-// (sequence, head): it copies that head's L queries, keys and values (16-byte loads) into shared
-// memory, and each warp takes one query row at a time: lane j scores key j (and j + 32), the warp
-// reduces the softmax's max and sum with shuffles, and each lane accumulates two (or four)
-// output dimensions over the L keys. Scores, softmax and sums are float32, as in flash attention;
-// the probabilities stay float32 for the product with V (flash rounds them to 16 bits first).
-// Keys sit one 4-byte word apart per row beyond their length, so lanes reading the same column
-// of different keys hit different banks. The work is O(L^2 d) on CUDA cores, not tensor cores,
-// while flash attention costs about the same per sequence at any length up to its tile: on one
-// H200 (tools/bench/attention_bench, 55,000 tokens, 12 heads of 64) flash took 0.27-0.30 us a
+// So for batches of short sequences (at most kShortAttentionMaxLength tokens each) one block of
+// 4 warps takes one (sequence, head): it copies that head's L queries, keys and values (16-byte
+// loads) into shared memory, and each warp takes one query row at a time: lane j scores key j (and
+// j + 32), the warp reduces the softmax's max and sum with shuffles, and each lane accumulates two
+// (or four) output dimensions over the L keys. Scores, softmax and sums are float32, as in flash
+// attention; the probabilities stay float32 for the product with V (flash rounds them to 16 bits
+// first). Keys sit one 4-byte word apart per row beyond their length, so lanes reading the same
+// column of different keys hit different banks. The work is O(L^2 d) on CUDA cores, not tensor
+// cores, while flash attention costs about the same per sequence at any length up to its tile: on
+// one H200 (tools/bench/attention_bench, 55,000 tokens, 12 heads of 64) flash took 0.27-0.30 us a
 // sequence, this kernel 0.04 us at 4 tokens, 0.20 at 16, 0.36 at 24, 0.56 at 32 and 2.1 at 64.
 // So a batch takes this kernel only while the mean of its squared lengths is below 22^2
 // (kShortAttentionMaxMeanSquaredLength): the benchmark's captions (N(12, 5) words) average about
@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 cudaError_t launch(const ShortAttentionParams& params, cudaStream_t stream) {
-  const size_t bytes = sizeof(uint32_t) * static_cast<size_t>(shared_words(params.max_length,
-                                                                           params.head_dim));
+  const size_t bytes =
+      sizeof(uint32_t) * static_cast<size_t>(shared_words(params.max_length, params.head_dim));
   if (bytes > 48 * 1024) {
     // Above the default 48 KiB a kernel must ask for its dynamic shared memory (d = 128 and
     // more than 62 tokens).

@@ -20,13 +20,13 @@ struct ShortAttentionParams {
   // The fused projection of T packed tokens, [T, 3, heads, head_dim] row-major (query, key,
   // value), float16 or bfloat16, 16-byte aligned.
   const void* qkv = nullptr;
-  void* out = nullptr;                   // [T, heads, head_dim], same dtype
-  const int32_t* cu_seqlens = nullptr;   // device memory, sequences + 1 offsets into T
+  void* out = nullptr;                  // [T, heads, head_dim], same dtype
+  const int32_t* cu_seqlens = nullptr;  // device memory, sequences + 1 offsets into T
   int64_t sequences = 0;
   int heads = 0;
-  int head_dim = 0;    // a multiple of 8, at most kShortAttentionMaxHeadDim
-  int max_length = 0;  // the longest sequence, at most kShortAttentionMaxLength
-  float scale = 1.0f;  // applied to q.k before the softmax
+  int head_dim = 0;      // a multiple of 8, at most kShortAttentionMaxHeadDim
+  int max_length = 0;    // the longest sequence, at most kShortAttentionMaxLength
+  float scale = 1.0f;    // applied to q.k before the softmax
   bool bfloat16 = true;  // false: float16
 };
 

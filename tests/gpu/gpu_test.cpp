@@ -203,7 +203,8 @@ TEST_F(BertAttentionTest, ShortSequenceKernelMatchesFlashAndFloat32Reference) {
   // keeps them on flash attention. Both against the float32 CPU model.
   const c10::Device cuda("cuda:0");
   std::mt19937 rng(11);
-  std::uniform_int_distribution<int32_t> token(1000, static_cast<int32_t>(folder_.config.vocab_size - 1));
+  std::uniform_int_distribution<int32_t> token(
+      1000, static_cast<int32_t>(folder_.config.vocab_size - 1));
   const auto make = [&](const std::vector<int>& lengths) {
     std::vector<std::vector<int32_t>> out;
     for (const int n : lengths) {

@@ -106,9 +106,8 @@ void run_batch(const Args& a, const std::string& name, const std::vector<int>& l
   const double scale = 1.0 / std::sqrt(static_cast<double>(a.head_dim));
   at::Tensor flash_out;
   const auto flash = [&] {
-    flash_out = std::get<0>(at::_flash_attention_forward(parts[0], parts[1], parts[2], cu, cu,
-                                                          max_length, max_length, 0.0, false,
-                                                          false, scale));
+    flash_out = std::get<0>(at::_flash_attention_forward(
+        parts[0], parts[1], parts[2], cu, cu, max_length, max_length, 0.0, false, false, scale));
   };
   auto short_out = at::empty({t, a.heads * a.head_dim}, qkv.options());
   precompute::ShortAttentionParams p;
@@ -131,16 +130,18 @@ void run_batch(const Args& a, const std::string& name, const std::vector<int>& l
   };
   const double flash_ms = median_ms(flash, a.iters);
   const double short_ms = median_ms(kernel, a.iters);
-  const double diff =
-      (flash_out.reshape({t, -1}).to(at::kFloat) - short_out.to(at::kFloat)).abs().max()
-          .item<double>();
+  const double diff = (flash_out.reshape({t, -1}).to(at::kFloat) - short_out.to(at::kFloat))
+                          .abs()
+                          .max()
+                          .item<double>();
   const bool model_takes = max_length <= precompute::kShortAttentionMaxLength &&
-                          mean_square <= precompute::kShortAttentionMaxMeanSquaredLength;
-  std::printf("{\"batch\": \"%s\", \"sequences\": %zu, \"tokens\": %lld, \"max_length\": %d, "
-              "\"mean_squared_length\": %.0f, \"model_takes_short\": %s, \"flash_ms\": %.4f, "
-              "\"short_ms\": %.4f, \"flash_over_short\": %.2f, \"max_abs_diff\": %.5f}\n",
-              name.c_str(), lengths.size(), static_cast<long long>(t), max_length, mean_square,
-              model_takes ? "true" : "false", flash_ms, short_ms, flash_ms / short_ms, diff);
+                           mean_square <= precompute::kShortAttentionMaxMeanSquaredLength;
+  std::printf(
+      "{\"batch\": \"%s\", \"sequences\": %zu, \"tokens\": %lld, \"max_length\": %d, "
+      "\"mean_squared_length\": %.0f, \"model_takes_short\": %s, \"flash_ms\": %.4f, "
+      "\"short_ms\": %.4f, \"flash_over_short\": %.2f, \"max_abs_diff\": %.5f}\n",
+      name.c_str(), lengths.size(), static_cast<long long>(t), max_length, mean_square,
+      model_takes ? "true" : "false", flash_ms, short_ms, flash_ms / short_ms, diff);
   std::fflush(stdout);
 }
 
@@ -155,9 +156,9 @@ int main(int argc, char** argv) {
   c10::InferenceMode guard;
   at::manual_seed(0);
   for (const int length : {4, 8, 16, 24, 32, 40, 48, 56, 64}) {
-    run_batch(a, "L=" + std::to_string(length),
-              std::vector<int>(static_cast<size_t>(std::max<int64_t>(1, a.tokens / length)),
-                               length));
+    run_batch(
+        a, "L=" + std::to_string(length),
+        std::vector<int>(static_cast<size_t>(std::max<int64_t>(1, a.tokens / length)), length));
   }
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> length(3, 24);
