@@ -235,15 +235,13 @@ at::Tensor BertModel::activation(const at::Tensor& x) const {
 }
 
 bool BertModel::takes_short_attention(const PackedBatch& batch) const {
-  const auto sequences = static_cast<int64_t>(batch.lengths.size());
-  return short_attention_ && batch.max_length > 0 &&
-         batch.max_length <= kShortAttentionMaxLength &&
-         batch.squared_lengths <= kShortAttentionMaxMeanSquaredLength * sequences;
+  return short_attention_ &&
+         short_attention_takes_batch(batch.max_length, static_cast<int64_t>(batch.lengths.size()),
+                                     batch.squared_lengths);
 }
 
 at::Tensor BertModel::attend(const at::Tensor& qkv, const PackedBatch& batch) const {
   const int64_t t = batch.total;
-  const auto parts = qkv.view({t, 3, heads_, head_dim_}).unbind(1);  // each [T, heads, d]
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
 #if PRECOMPUTE_WITH_CUDA
   if (takes_short_attention(batch)) {
@@ -267,6 +265,7 @@ at::Tensor BertModel::attend(const at::Tensor& qkv, const PackedBatch& batch) co
     return out;
   }
 #endif
+  const auto parts = qkv.view({t, 3, heads_, head_dim_}).unbind(1);  // each [T, heads, d]
   if (attention_ == Attention::kPacked) {
     // The kernel takes q, k and v as strided views of the fused projection (it needs only the
     // last dimension contiguous): copying them out cost 36 passes over [T, H] a batch, 10% of

@@ -81,7 +81,7 @@ class BertModel {
   double eps_ = 1e-12;
   std::string activation_;
   Attention attention_ = Attention::kPadded;
-  bool short_attention_ = false;  // for batches of at most kShortAttentionMaxLength tokens
+  bool short_attention_ = false;  // the kernel may run (CUDA, kPacked, a head size it takes)
   at::Tensor word_, position_, token_type0_, embed_norm_weight_, embed_norm_bias_;
   std::vector<Layer> layers_;  // only up to the output layer
 };

@@ -35,6 +35,14 @@ constexpr bool short_attention_takes_head_dim(int64_t head_dim) {
   return head_dim > 0 && head_dim % 8 == 0 && head_dim <= kShortAttentionMaxHeadDim;
 }
 
+// Whether a packed batch of `sequences` sequences, the longest `max_length` tokens and their
+// squared lengths summing to `squared_lengths`, is one the kernel runs faster than flash attention.
+constexpr bool short_attention_takes_batch(int64_t max_length, int64_t sequences,
+                                           int64_t squared_lengths) {
+  return max_length > 0 && max_length <= kShortAttentionMaxLength &&
+         squared_lengths <= kShortAttentionMaxMeanSquaredLength * sequences;
+}
+
 // Writes `out` on `stream` (a cudaStream_t). Returns the CUDA error code of the launch (0: none);
 // short_attention_error_name turns it into words.
 int launch_short_attention(const ShortAttentionParams& params, void* stream);

@@ -140,12 +140,17 @@ class BertAttentionTest : public ::testing::Test {
     return out;
   }
 
-  static at::Tensor run(const BertModel& model, const std::vector<std::vector<int32_t>>& seqs,
-                        const c10::Device& device) {
+  static PackedBatch pack(const std::vector<std::vector<int32_t>>& seqs,
+                          const c10::Device& device) {
     std::vector<const std::vector<int32_t>*> ptrs;
     for (const auto& s : seqs) ptrs.push_back(&s);
+    return pack_sequences(ptrs, device);
+  }
+
+  static at::Tensor run(const BertModel& model, const std::vector<std::vector<int32_t>>& seqs,
+                        const c10::Device& device) {
     c10::InferenceMode guard;
-    return model.forward(pack_sequences(ptrs, device)).to(at::kCPU, at::kFloat);
+    return model.forward(pack(seqs, device)).to(at::kCPU, at::kFloat);
   }
 
   ModelFolder folder_;
@@ -220,9 +225,7 @@ TEST_F(BertAttentionTest, ShortSequenceKernelMatchesFlashAndFloat32Reference) {
   for (int i = 0; i < 60; ++i) lengths.push_back(3 + i % 9);
   const auto seqs = make(lengths);
   const auto packed_of = [](const std::vector<std::vector<int32_t>>& s) {
-    std::vector<const std::vector<int32_t>*> ptrs;
-    for (const auto& x : s) ptrs.push_back(&x);
-    return pack_sequences(ptrs, c10::Device("cpu"));
+    return pack(s, c10::Device("cpu"));
   };
   for (const auto dtype : {at::kHalf, at::kBFloat16}) {
     const BertModel model(folder_, cuda, dtype, -1);

@@ -72,6 +72,10 @@ Args parse(int argc, char** argv) {
           std::to_string(precompute::kShortAttentionMaxHeadDim));
   }
   if (a.iters < 1 || a.iters > 100000) usage("--iters is 1 .. 100000");
+  // The float32 queries, keys and values it draws: at most 8 GiB.
+  if (a.tokens * 3 * a.heads * a.head_dim > (int64_t{1} << 31)) {
+    usage("--tokens x 3 x --heads x --head-dim is at most 2^31 values");
+  }
   return a;
 }
 
@@ -96,9 +100,9 @@ void run_batch(const Args& a, const std::string& name, const std::vector<int>& l
   for (const int n : lengths) offsets.push_back(offsets.back() + n);
   const int64_t t = offsets.back();
   const int max_length = *std::max_element(lengths.begin(), lengths.end());
-  double squares = 0;
-  for (const int n : lengths) squares += static_cast<double>(n) * n;
-  const double mean_square = squares / static_cast<double>(lengths.size());
+  int64_t squares = 0;
+  for (const int n : lengths) squares += int64_t{n} * n;
+  const auto sequences = static_cast<int64_t>(lengths.size());
   const auto cu = at::tensor(offsets, at::kInt).to(cuda);
   const auto qkv =
       at::randn({t, 3, a.heads, a.head_dim}, at::TensorOptions().device(cuda)).to(a.dtype);
@@ -134,8 +138,8 @@ void run_batch(const Args& a, const std::string& name, const std::vector<int>& l
                           .abs()
                           .max()
                           .item<double>();
-  const bool model_takes = max_length <= precompute::kShortAttentionMaxLength &&
-                           mean_square <= precompute::kShortAttentionMaxMeanSquaredLength;
+  const bool model_takes = precompute::short_attention_takes_batch(max_length, sequences, squares);
+  const double mean_square = static_cast<double>(squares) / static_cast<double>(sequences);
   std::printf(
       "{\"batch\": \"%s\", \"sequences\": %zu, \"tokens\": %lld, \"max_length\": %d, "
       "\"mean_squared_length\": %.0f, \"model_takes_short\": %s, \"flash_ms\": %.4f, "
@@ -145,14 +149,7 @@ void run_batch(const Args& a, const std::string& name, const std::vector<int>& l
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Args a = parse(argc, argv);
-  if (!torch::cuda::is_available()) {
-    std::fprintf(stderr, "attention_bench: no CUDA device\n");
-    return 1;
-  }
+void run_all(const Args& a) {
   c10::InferenceMode guard;
   at::manual_seed(0);
   for (const int length : {4, 8, 16, 24, 32, 40, 48, 56, 64}) {
@@ -173,5 +170,22 @@ int main(int argc, char** argv) {
     total += captions.emplace_back(std::max(3, static_cast<int>(words(rng))) + 2);
   }
   run_batch(a, "captions", captions);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  if (!torch::cuda::is_available()) {
+    std::fprintf(stderr, "attention_bench: no CUDA device\n");
+    return 1;
+  }
+  try {
+    run_all(a);
+  } catch (const c10::Error& e) {
+    // Out of device memory, mostly: --tokens too large for this GPU.
+    std::fprintf(stderr, "attention_bench: %s\n", e.what_without_backtrace());
+    return 1;
+  }
   return 0;
 }
