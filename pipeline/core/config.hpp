@@ -215,8 +215,8 @@ struct EncoderSection {
       Spec().in_record())                                                                       \
   KEY(VideoDecoderKind, decoder, VideoDecoderKind::kAuto, "auto, cpu or nvdec",                 \
       Spec().in_record())                                                                       \
-  KEY(int, nvdec_sessions, 4, "NVDEC sessions per GPU of video.device",                         \
-      Spec().range(count(1, 64).noted("per GPU")).in_record())
+  KEY(int, nvdec_sessions, 0, "NVDEC sessions per GPU of video.device (0: one per engine)",     \
+      Spec().range(count(0, 64).noted("per GPU; 0: one per NVDEC engine")).in_record())
 
 struct VideoSection : EncoderSection {
   PRECOMPUTE_VIDEO_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)

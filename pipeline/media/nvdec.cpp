@@ -5,9 +5,11 @@ extern "C" {
 }
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +25,11 @@ extern "C" {
 }
 #include <cuda.h>
 #include <cuda_runtime.h>
+#if PRECOMPUTE_WITH_NVDEC_CAPS
+#include <dlfcn.h>
+// After cuda.h, whose types it uses (it then leaves out its own copies of them).
+#include <ffnvcodec/dynlink_cuviddec.h>
+#endif
 #endif
 
 // Note [NVDEC through FFmpeg]
@@ -110,6 +117,65 @@ class ContextScope {
 
 bool nvdec_built() { return true; }
 
+// Note [A session per engine]
+// A session decodes one file at a time, so a GPU's engines are all busy only with a session per
+// engine at least; more sessions than engines take turns on them and cost a CUDA context each.
+// The count differs by GPU (7 on an H100 or H200, 5 on an A100, 4 on an L4, 1 to 3 on others),
+// and the driver reports it (CUVIDDECODECAPS::nNumNVDECs, asked for 8-bit 4:2:0 H.264), so
+// video.nvdec_sessions: 0, the default, opens that many on each GPU. On an H200, 7 sessions
+// decoded 65.6 clips/s against 49.2 with 4 (720p H.264, 4 frames a clip, the decoders alone;
+// docs/benchmarks.md, "NVDEC"). A driver that does not say (older than the Video Codec SDK 11.1
+// API, which added the field) gets 4, as before. The question needs a CUDA context: the device's
+// primary one, which LibTorch has usually started by then (Note [Started beside the input's read]
+// in encoders/early_start.cpp), made current on a thread of its own so that the caller's current
+// device is untouched.
+std::optional<int> nvdec_engine_count(int device, std::string* why_not) {
+#if PRECOMPUTE_WITH_NVDEC_CAPS
+  std::string reason;
+  auto asked = std::async(std::launch::async, [device, &reason]() -> std::optional<int> {
+    void* library = dlopen("libnvcuvid.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) {
+      const char* error = dlerror();
+      reason = fmt::format("cannot load libnvcuvid.so.1 ({})", error != nullptr ? error : "?");
+      return std::nullopt;
+    }
+    std::optional<int> engines;
+    auto* caps_of = reinterpret_cast<tcuvidGetDecoderCaps*>(dlsym(library, "cuvidGetDecoderCaps"));
+    if (caps_of == nullptr) {
+      reason = "the driver's libnvcuvid has no cuvidGetDecoderCaps";
+    } else if (cudaSetDevice(device) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) {
+      reason = fmt::format("cannot start CUDA on cuda:{}", device);
+      (void)cudaGetLastError();
+    } else {
+      CUVIDDECODECAPS caps = {};
+      caps.eCodecType = cudaVideoCodec_H264;
+      caps.eChromaFormat = cudaVideoChromaFormat_420;
+      caps.nBitDepthMinus8 = 0;
+      const CUresult asked_caps = caps_of(&caps);
+      if (asked_caps != CUDA_SUCCESS) {
+        reason = fmt::format("cuvidGetDecoderCaps failed (CUresult {})",
+                             static_cast<int>(asked_caps));
+      } else if (caps.bIsSupported == 0 || caps.nNumNVDECs == 0) {
+        reason = "the driver reports no engine count";
+      } else {
+        engines = caps.nNumNVDECs;
+      }
+    }
+    dlclose(library);
+    return engines;
+  });
+  auto engines = asked.get();
+  if (!engines && why_not != nullptr) *why_not = reason;
+  return engines;
+#else
+  (void)device;
+  if (why_not != nullptr) {
+    *why_not = "this build has no Video Codec SDK headers (Debian: libffmpeg-nvenc-dev)";
+  }
+  return std::nullopt;
+#endif
+}
+
 NvdecSession::NvdecSession(int device, bool keep_decoders) : device_(device) {
   const int made = av_hwdevice_ctx_create(&hw_device_, AV_HWDEVICE_TYPE_CUDA,
                                           std::to_string(device).c_str(), nullptr, 0);
@@ -175,6 +241,11 @@ void NvdecSession::to_rgb(const GpuRgbParams& params, uint8_t* out) {
 
 bool nvdec_built() { return false; }
 
+std::optional<int> nvdec_engine_count(int /*device*/, std::string* why_not) {
+  if (why_not != nullptr) *why_not = "this build of precompute has no CUDA";
+  return std::nullopt;
+}
+
 NvdecSession::NvdecSession(int device, bool /*keep_decoders*/) : device_(device) {
   throw std::runtime_error(
       "this build of precompute has no CUDA, so no NVDEC: build it with the CUDA toolkit, or "
@@ -197,8 +268,33 @@ void NvdecSession::to_rgb(const GpuRgbParams&, uint8_t*) {
 // The first error, in session order, is the one reported.
 NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
     : devices_(devices) {
-  // Interleaved by GPU, so that leases taken in order spread over the GPUs.
-  const size_t count = devices.size() * static_cast<size_t>(std::max(0, sessions_per_device));
+  // Each GPU's count: the one given, or its engines' (Note [A session per engine]).
+  constexpr int kWithoutEngineCount = 4;
+  std::vector<int> per_device(devices.size(), std::max(0, sessions_per_device));
+  if (sessions_per_device == 0) {
+    sizing_ = "one per engine";
+    for (size_t d = 0; d < devices.size(); ++d) {
+      std::string why_not;
+      const auto engines = nvdec_engine_count(devices[d], &why_not);
+      per_device[d] = engines ? *engines : kWithoutEngineCount;
+      if (!engines) {
+        sizing_ = "4 a GPU: the engine count could not be had";
+        spdlog::info("NVDEC on cuda:{}: {}; opening {} sessions", devices[d], why_not,
+                     kWithoutEngineCount);
+      }
+    }
+  }
+  // Interleaved by GPU, so that leases taken in order spread over the GPUs: slot k's GPU and
+  // its number among that GPU's sessions.
+  std::vector<std::pair<size_t, int>> slots;
+  for (int round = 0;; ++round) {
+    const size_t before = slots.size();
+    for (size_t d = 0; d < devices.size(); ++d) {
+      if (round < per_device[d]) slots.emplace_back(d, round);
+    }
+    if (slots.size() == before) break;
+  }
+  const size_t count = slots.size();
   sessions_.resize(count);
   std::vector<std::string> errors(count);
   {
@@ -206,12 +302,13 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
     openers.reserve(count);
     for (size_t k = 0; k < count; ++k) {
       openers.emplace_back([&, k] {
-        const int device = devices[k % devices.size()];
+        const auto [d, number] = slots[k];
+        const int device = devices[d];
         try {
           sessions_[k] = std::make_unique<NvdecSession>(device);
         } catch (const std::exception& e) {
-          errors[k] = fmt::format("NVDEC session {} of {} on cuda:{}: {}",
-                                  k / devices.size() + 1, sessions_per_device, device, e.what());
+          errors[k] = fmt::format("NVDEC session {} of {} on cuda:{}: {}", number + 1,
+                                  per_device[d], device, e.what());
         }
       });
     }
@@ -273,7 +370,8 @@ void NvdecPool::release(NvdecSession* session) {
 std::string NvdecPool::describe() const {
   std::string gpus;
   for (const int device : devices_) gpus += fmt::format("{}cuda:{}", gpus.empty() ? "" : ", ", device);
-  return fmt::format("{} NVDEC session(s) on {}", sessions_.size(), gpus);
+  return fmt::format("{} NVDEC session(s) on {}{}", sessions_.size(), gpus,
+                     sizing_.empty() ? "" : " (" + sizing_ + ")");
 }
 
 NvdecPool::Lease::Lease(Lease&& other) noexcept

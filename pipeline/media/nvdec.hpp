@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ class KeptDecoder;
 
 // Whether this build can decode on NVDEC (a CUDA build).
 bool nvdec_built();
+
+// The NVDEC engines of GPU `device` (a CUDA ordinal), as its driver reports them for 8-bit 4:2:0
+// H.264 (Note [A session per engine] in nvdec.cpp); nullopt, with the reason in `why_not`, when
+// it cannot be asked (a driver too old to say, no libnvcuvid, a build without CUDA or without
+// the Video Codec SDK's headers).
+std::optional<int> nvdec_engine_count(int device, std::string* why_not);
 
 class NvdecSession {
  public:
@@ -63,7 +70,8 @@ class NvdecSession {
 
 class NvdecPool {
  public:
-  // `sessions_per_device` sessions on each GPU of `devices` (CUDA ordinals). Throws
+  // `sessions_per_device` sessions on each GPU of `devices` (CUDA ordinals); 0: one per NVDEC
+  // engine of each GPU (nvdec_engine_count), 4 where that cannot be had. Throws
   // std::runtime_error naming the GPU when a session cannot be opened.
   NvdecPool(const std::vector<int>& devices, int sessions_per_device);
   ~NvdecPool();
@@ -91,7 +99,8 @@ class NvdecPool {
   Lease acquire();
 
   int size() const { return static_cast<int>(sessions_.size()); }
-  std::string describe() const;  // "8 sessions on cuda:0, cuda:1"
+  // "14 NVDEC session(s) on cuda:0, cuda:1 (one per engine)"
+  std::string describe() const;
 
  private:
   void release(NvdecSession* session);
@@ -102,6 +111,7 @@ class NvdecPool {
 
   std::vector<std::unique_ptr<NvdecSession>> sessions_;
   std::vector<int> devices_;
+  std::string sizing_;  // how the count was chosen, for describe()
   std::mutex mutex_;
   std::condition_variable freed_;
   std::deque<NvdecSession*> free_;  // first in, first out; GPUs interleaved

@@ -4,12 +4,14 @@
 //   - two encode() calls at once on one encoder, each on its own CUDA stream, against the same
 //     batches run one at a time (bit for bit);
 //   - the caching allocator's cap (cap_device_memory): a batch past it fails as
-//     DeviceOutOfMemoryError, never more than the cap is reserved, and the encoder goes on.
+//     DeviceOutOfMemoryError, never more than the cap is reserved, and the encoder goes on;
+//   - the NVDEC pool's default size, a session per engine as the driver counts them.
 // NVDEC is tested end to end by tests/gpu/nvdec_parity.py. tools/gpu_tests.sh runs all of them on
 // the GPU machine. Without a GPU the tests skip, unless PRECOMPUTE_REQUIRE_GPU=1 (set by that
 // script) makes a missing device or model a failure.
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
@@ -39,6 +41,7 @@
 #include "encoders/encoder.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/media/nvdec.hpp"
 
 namespace precompute {
 namespace {
@@ -542,6 +545,34 @@ TEST(EmbeddingOutputGpuTest, PoolsAsTheCpuDoesWithTwoCallsAtOnceOnTheirOwnStream
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatch[0], "");
   EXPECT_EQ(mismatch[1], "");
+}
+
+// ------------------------------------------------------------------------------------------------
+// NVDEC sessions, one per engine by default (Note [A session per engine] in
+// pipeline/media/nvdec.cpp)
+
+TEST(NvdecPoolGpuTest, ZeroSessionsOpensOnePerEngineAndACountOpensThatMany) {
+  NEED_GPU();
+  if (!nvdec_built()) {
+    if (gpu_required()) FAIL() << "PRECOMPUTE_REQUIRE_GPU=1 but this build has no NVDEC";
+    GTEST_SKIP() << "this build has no NVDEC";
+  }
+  std::string why_not;
+  const auto engines = nvdec_engine_count(0, &why_not);
+  ASSERT_TRUE(engines.has_value()) << why_not;
+  EXPECT_GE(*engines, 1);
+  // NVIDIA's tables: the Hopper data-centre parts have 7 NVDEC engines.
+  const std::string name = at::cuda::getDeviceProperties(0)->name;
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
+    EXPECT_EQ(*engines, 7) << name;
+  }
+  const NvdecPool per_engine({0}, 0);
+  EXPECT_EQ(per_engine.size(), *engines);
+  EXPECT_NE(per_engine.describe().find("(one per engine)"), std::string::npos)
+      << per_engine.describe();
+  const NvdecPool given({0}, 2);
+  EXPECT_EQ(given.size(), 2);
+  EXPECT_EQ(given.describe(), "2 NVDEC session(s) on cuda:0");
 }
 
 }  // namespace

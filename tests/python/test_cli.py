@@ -158,11 +158,13 @@ def test_video_decoder_choice_without_a_gpu(binary, small, tmp_path):
     assert "video decoding: on the CPU (" in r.stderr
     auto = read_output(tmp_path / "out")
     assert (auto.samples["a"]["video"]["vector"] == cpu.samples["a"]["video"]["vector"]).all()
-    for bad in (0, -1, 65, 1e300, "many", ""):
+    for bad in (-1, 65, 1e300, 0.5, "many", "", "4\u0000"):
         small["video"]["nvdec_sessions"] = bad
         r = run_precompute(binary, tmp_path, small, expect=2)
         assert "video.nvdec_sessions" in r.stderr, (bad, r.stderr[-500:])
-    small["video"]["nvdec_sessions"] = 4
+    small["video"]["nvdec_sessions"] = 0  # one per engine; on the CPU as above where none
+    r = run_precompute(binary, tmp_path, small, "--max-failures", "50%")
+    assert "0 to process" in r.stderr, r.stderr[-2000:]
     for bad in ("gpu", "", "NVDEC", "nvdec\u0000"):
         small["video"]["decoder"] = bad
         r = run_precompute(binary, tmp_path, small, expect=2)

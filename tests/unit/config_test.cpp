@@ -90,7 +90,7 @@ TEST(ConfigTest, VideoDecoderChoices) {
   EXPECT_EQ(parse_config(base + "}\n", "/x").video.decoder, VideoDecoderKind::kAuto);
   EXPECT_EQ(parse_config(base + ", decoder: auto}\n", "/x").video.decoder,
             VideoDecoderKind::kAuto);
-  EXPECT_EQ(parse_config(base + "}\n", "/x").video.nvdec_sessions, 4);
+  EXPECT_EQ(parse_config(base + "}\n", "/x").video.nvdec_sessions, 0);  // one per engine
   EXPECT_EQ(parse_config(base + ", decoder: cpu}\n", "/x").video.decoder, VideoDecoderKind::kCpu);
   const Config nvdec = parse_config(base + ", decoder: nvdec, nvdec_sessions: 7}\n", "/x");
   EXPECT_EQ(nvdec.video.decoder, VideoDecoderKind::kNvdec);
@@ -344,7 +344,7 @@ TEST(ConfigTest, EveryNumericKeyRefusesValuesOutsideItsRangeNamingItAndTheRange)
        {"1000000000001"}, "1000000000000", ""},
       {"video.max_decoded_frames", "video.max_decoded_frames", "%",
        {"1", "99999999999", "1000000000000"}, {"1000000000001"}, "1000000000000", ""},
-      {"video.nvdec_sessions", "video.nvdec_sessions", "%", {"1", "64"}, {"0", "65"}, "64", ""},
+      {"video.nvdec_sessions", "video.nvdec_sessions", "%", {"0", "1", "64"}, {"-1", "65"}, "64", ""},
       {"audio.sample_rate", "audio.sample_rate", "%", {"1000", "384000"}, {"999", "384001"},
        "384000", ""},
       {"audio.window_s", "audio.window_s", "%", {"0", "0.5", "86400"}, {"86401", "1e-300"},

@@ -26,15 +26,17 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from text_throughput import binary_env  # the same GPU build's environment (same folder)
-from text_scale import busy_seconds, child_cpu_seconds
+from text_scale import busy_seconds, child_cpu_seconds, timeline
 
 WORK = Path("/tmp/video-bench")
 SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s")
 DECODED = re.compile(r"video decoding: (\d+) frames decoded for (\d+) kept \(([\d.]+) per clip\)")
 ON_NVDEC = re.compile(r"(\d+) clip\(s\) on NVDEC")
+DECODERS = re.compile(r"decoders: (.*?), \d+ clip\(s\) on NVDEC")
 
 
 def export_model() -> Path:
@@ -75,11 +77,13 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     config_path = WORK / f"{tag}.yaml"
     config_path.write_text(json.dumps(config))
     before = os.times()
+    started = datetime.now()
     t = time.perf_counter()
     r = subprocess.run([str(binary), "run", "--config", str(config_path), "--progress-interval",
                         "0", "--log-level", log_level], capture_output=True, text=True,
                        env=binary_env(binary), timeout=900)
     wall = time.perf_counter() - t
+    ended = datetime.now()
     cpu_s = child_cpu_seconds(before)
     (WORK / f"{tag}.log").write_text(r.stderr)
     if r.returncode != 0:
@@ -89,9 +93,16 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     n, run_s = int(m.group(1)), float(m.group(2))
     d = DECODED.search(line)
     g = ON_NVDEC.search(line)
-    return {"clips": n, "whole_s": wall, "run_s": run_s,
+    got_timeline = {}
+    if log_level in ("debug", "trace"):
+        # The start-up and exit lines' seconds from the process's start (text_scale.timeline).
+        got_timeline = {"timeline": timeline(r.stderr, started, ended)}
+        for at, what in got_timeline["timeline"]:
+            print(f"  {tag} {at:7.3f} s  {what}", flush=True)
+    return got_timeline | {"clips": n, "whole_s": wall, "run_s": run_s,
             "decoded_per_clip": float(d.group(3)) if d else None,
             "on_nvdec": int(g.group(1)) if g else 0, "summary": line.strip(),
+            "decoders": DECODERS.search(line).group(1) if DECODERS.search(line) else None,
             "busy": busy_seconds(line),
             # CPU seconds of the process (user + system): what a clip costs the cores.
             "cpu_s": cpu_s}
@@ -169,8 +180,11 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--samplings", default="fps1,nf4")
-    ap.add_argument("--modes", default="auto,nvdec,cpu")
-    ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--modes", default="auto,nvdec,cpu",
+                    help="video.decoder values; MODE@N also sets video.nvdec_sessions to N "
+                         "(e.g. 'auto,auto@4': the default against 4 sessions, run by run)")
+    ap.add_argument("--sessions", type=int, default=0,
+                    help="video.nvdec_sessions where a mode gives none (0: one per engine)")
     ap.add_argument("--devices", default="cuda:0",
                     help="device sets separated by ';' (each measured), each a comma-separated "
                          "list, e.g. 'cuda:0;cuda:0,cuda:1'")
@@ -203,7 +217,8 @@ def main() -> int:
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "each"} |
                          {"extra": {k: runs[-1].get(k) for k in ("decoded_per_clip", "on_nvdec",
-                                                                  "frames")}}), flush=True)
+                                                                  "decoders", "frames")}}),
+              flush=True)
 
     for sampling in args.samplings.split(","):
         if not args.no_peer:
@@ -215,21 +230,38 @@ def main() -> int:
                 failed += 1
                 print(json.dumps({"who": "PyNvVideoCodec", "sampling": sampling,
                                   "error": str(e)[-1500:]}), flush=True)
-        for mode in args.modes.split(","):
-            n = 1 if mode in one_run else args.runs
+        # Each (mode, devices) is measured run by run in turn with the others, so that a drift
+        # of the machine during the call weighs on all of them alike.
+        cases = []
+        for spec in args.modes.split(","):
+            mode, _, given = spec.partition("@")
+            sessions = int(given) if given else args.sessions
             for devices in device_sets:
+                label = (f"precompute {mode}" + (f", {sessions} sessions" if given else "") +
+                         f" ({','.join(devices)})")
+                cases.append({"label": label, "mode": mode, "sessions": sessions,
+                              "devices": devices, "n": 1 if mode in one_run else args.runs,
+                              "runs": [], "error": None,
+                              "tag": f"{mode}{given}-{sampling}-{len(devices)}gpu"})
+        for k in range(max(c["n"] for c in cases)):
+            for c in cases:
+                if k >= c["n"] or c["error"]:
+                    continue
                 try:
-                    record(f"precompute {mode} ({','.join(devices)})", sampling,
-                           [run_precompute(args.binary, model, files, sampling, mode,
-                                           args.sessions, devices,
-                                           f"{mode}-{sampling}-{len(devices)}gpu-{k}",
-                                           json.loads(args.video_json), args.log_level)
-                            for k in range(n)])
+                    c["runs"].append(run_precompute(args.binary, model, files, sampling,
+                                                    c["mode"], c["sessions"], c["devices"],
+                                                    f"{c['tag']}-{k}",
+                                                    json.loads(args.video_json),
+                                                    args.log_level))
                 except Exception as e:
-                    failed += 1
-                    print(json.dumps({"who": f"precompute {mode} ({','.join(devices)})",
-                                      "sampling": sampling, "error": str(e)[-1500:]}),
-                          flush=True)
+                    c["error"] = str(e)[-1500:]
+        for c in cases:
+            if c["error"]:
+                failed += 1
+                print(json.dumps({"who": c["label"], "sampling": sampling,
+                                  "error": c["error"]}), flush=True)
+            else:
+                record(c["label"], sampling, c["runs"])
 
     (args.out / "video_bench.json").write_text(json.dumps(results, indent=1))
     print(f"\n{'who':44} {'sampling':8} {'runs':>4} {'whole clips/s':>14} {'run clips/s':>12} "
