@@ -174,7 +174,9 @@ def run_peer(model: Path, files: list, sampling: str, threads: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", type=Path, required=True)
+    ap.add_argument("--binary", type=Path, action="append", required=True,
+                    help="precompute; give it twice (a baseline build, then this one) to run "
+                         "both in turn, case by case and run by run")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     ap.add_argument("--clips", type=Path, default=Path("bench-data/h264_720p"))
     ap.add_argument("--copies", type=int, default=100)
@@ -237,18 +239,21 @@ def main() -> int:
             mode, _, given = spec.partition("@")
             sessions = int(given) if given else args.sessions
             for devices in device_sets:
-                label = (f"precompute {mode}" + (f", {sessions} sessions" if given else "") +
-                         f" ({','.join(devices)})")
-                cases.append({"label": label, "mode": mode, "sessions": sessions,
-                              "devices": devices, "n": 1 if mode in one_run else args.runs,
-                              "runs": [], "error": None,
-                              "tag": f"{mode}{given}-{sampling}-{len(devices)}gpu"})
+                for b, binary in enumerate(args.binary):
+                    # build-gpu-baseline/tools/cli/precompute -> "build-gpu-baseline"
+                    build = f" [{binary.resolve().parents[2].name}]" if len(args.binary) > 1 else ""
+                    label = (f"precompute {mode}" + (f", {sessions} sessions" if given else "") +
+                             f" ({','.join(devices)}){build}")
+                    cases.append({"label": label, "mode": mode, "sessions": sessions,
+                                  "devices": devices, "n": 1 if mode in one_run else args.runs,
+                                  "binary": binary, "runs": [], "error": None,
+                                  "tag": f"{mode}{given}-{sampling}-{len(devices)}gpu-b{b}"})
         for k in range(max(c["n"] for c in cases)):
             for c in cases:
                 if k >= c["n"] or c["error"]:
                     continue
                 try:
-                    c["runs"].append(run_precompute(args.binary, model, files, sampling,
+                    c["runs"].append(run_precompute(c["binary"], model, files, sampling,
                                                     c["mode"], c["sessions"], c["devices"],
                                                     f"{c['tag']}-{k}",
                                                     json.loads(args.video_json),
