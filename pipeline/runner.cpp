@@ -269,14 +269,14 @@ struct Calibrated {
 };
 
 Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats,
-                              const Config& recorded, EarlyStart& early, NvdecOpening& nvdec) {
+                              const Config& recorded, EarlyStart& early) {
   spdlog::info("compute: {}", early.devices());
   const auto load_started = Clock::now();
   auto pools = load_encoders(config, &early);
   const double load_seconds = seconds_since(load_started);
-  // Also before the output is touched: it takes the NVDEC sessions (opened beside the loading)
-  // and opens the tokenizer, either of which may refuse the run.
-  SamplePreparer preparer(config, stats, &nvdec);
+  // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
+  // which may refuse the run.
+  SamplePreparer preparer(config, stats);
   spdlog::debug("start-up: decoders and tokenizer set up");
   // One decode thread per core, plus one per NVDEC session that joins the CPU decoders (Note
   // [Choosing the video decoder]).
@@ -555,10 +555,8 @@ RunSummary summarise(const Config& config, const Input& input, const Calibrated&
 // the checks that may refuse a resume, the encoders are loaded (and the decoders and tokenizer
 // set up) and the memory budget calibrated. Only then does plan() remove earlier files
 // (--overwrite) or repair them (a resume), so a run that is refused leaves the earlier output
-// as it was. What no refusal protects (CUDA's start, the models' hashes, the NVDEC sessions)
-// runs from the start, beside the input's read (Note [Started beside the input's read] in
-// encoders/early_start.cpp, Note [Opening NVDEC beside the loading] in
-// pipeline/stages/sample_preparer.cpp).
+// as it was. What no refusal protects (CUDA's start, the models' hashes) runs from the start,
+// beside the input's read (Note [Started beside the input's read] in encoders/early_start.cpp).
 
 namespace {
 
@@ -592,8 +590,7 @@ void check_same_split(const Output& output, const Input& input, const Config& wo
 }
 
 RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
-                    Clock::time_point run_started, RunStats& stats, EarlyStart& early,
-                    NvdecOpening& nvdec) {
+                    Clock::time_point run_started, RunStats& stats, EarlyStart& early) {
   const Partition& part = context.partition;
   const auto total = static_cast<int64_t>(input.samples.size());
   const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
@@ -652,7 +649,7 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
   record.state = "running";
   write_rank_record(work.output.path, record);
   try {
-    const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early, nvdec);
+    const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
     Planned planned = plan(work, context, input, output, calibrated, span);
     const Executed executed = execute(work, input, calibrated, planned, stats);
     summary = summarise(work, input, calibrated, planned, executed, stats, run_started);
@@ -692,16 +689,14 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   spdlog::debug("start-up: config read and checked; the run's clock starts");
   configure_torch_threads(config.run.torch_threads);
   EarlyStart early(config);  // Note [Started beside the input's read]
-  // Note [Opening NVDEC beside the loading] in pipeline/stages/sample_preparer.cpp
-  NvdecOpening nvdec(config);
   RunStats stats;
   Input input;
   read_checked_input(config, input);
   if (context.partition.split()) {
-    return run_rank(config, context, input, run_started, stats, early, nvdec);
+    return run_rank(config, context, input, run_started, stats, early);
   }
   const Output output = open_output(config, context, input);
-  const Calibrated calibrated = load_and_calibrate(config, output, stats, config, early, nvdec);
+  const Calibrated calibrated = load_and_calibrate(config, output, stats, config, early);
   // Nothing can refuse the run any more: the folder may change now.
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
   Planned planned = plan(config, context, input, output, calibrated, whole);

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -29,15 +28,14 @@ struct SamplePreparer::State {
   std::optional<WordPieceTokenizer> tokenizer;
 };
 
-SamplePreparer::SamplePreparer(const Config& config, RunStats& stats, NvdecOpening* opening)
-    : stats_(&stats) {
+SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&stats) {
   auto state = std::make_shared<State>();
   state->video = config.video.enabled;
   state->audio = config.audio.enabled;
   state->text = config.text.enabled;
   if (state->video) {
     state->video_options = video_decode_options(config.video, config.run);
-    open_nvdec(config, *state, opening);
+    open_nvdec(config, *state);
   }
   if (state->audio) state->audio_options = audio_decode_options(config.audio, config.run);
   if (state->text) {
@@ -60,68 +58,40 @@ std::vector<int> cuda_devices(const std::vector<std::string>& devices) {
   return ordinals;
 }
 
+}  // namespace
+
 // Note [Choosing the video decoder]
 // video.decoder: auto opens NVDEC sessions on the GPUs video runs on, when the build has CUDA
 // and video has a GPU; the decode threads then take a free session for each file and decode on
 // the CPU when none is free, so both kinds stay busy. A thread on NVDEC mostly waits for the
 // GPU, so auto adds a decode thread per session to the one per core (unless run.decode_threads
-// says otherwise): the cores keep decoding at full strength beside the engines. Without a build
-// or GPU for it, auto is the CPU, said once at start-up. nvdec waits for a session for every
-// file, and refuses to start without them. Either way a file NVDEC fails on (a stream it cannot
-// take, a decode error) is decoded again on the CPU and counted.
-NvdecOpened open_nvdec_pool(const Config& config) {
-  NvdecOpened opened;
-  const std::vector<int> gpus = cuda_devices(config.devices_for(Modality::kVideo));
-  if (!nvdec_built()) {
-    opened.why_not = "this build of precompute has no CUDA";
-  } else if (gpus.empty()) {
-    opened.why_not = "video runs on no CUDA device (video.device or run.device)";
-  } else {
-    const auto started = std::chrono::steady_clock::now();
-    try {
-      opened.pool = std::make_shared<NvdecPool>(gpus, config.video.nvdec_sessions);
-      spdlog::debug("start-up: {} opened in {:.3f} s", opened.pool->describe(),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                        .count());
-    } catch (const std::exception& e) {
-      opened.why_not = e.what();
-    }
-  }
-  return opened;
-}
-
-}  // namespace
-
-// Note [Opening NVDEC beside the loading]
-// Opening the sessions (a CUDA context each, the engine count asked of the driver) took 0.86 s
-// on an H200 with 7 sessions side by side, after the encoders' 0.97 s of CUDA start, loading and
-// warm-up, of a 12.2 s run of 800 clips (docs/benchmarks.md, "Video on the GPU machine"). Like
-// CUDA's start (Note [Started beside the input's read] in encoders/early_start.cpp) it changes
-// nothing a refusal protects, so it starts with the run, on a thread of its own, and the
-// preparer takes the pool when the decoders are set up, in the same place of the start-up as
-// before; whether video decodes on NVDEC, and a refusal under nvdec, are decided there as they
-// were.
-NvdecOpening::NvdecOpening(const Config& config) {
-  if (!config.video.enabled || config.video.decoder == VideoDecoderKind::kCpu) return;
-  // The config outlives this object, whose future waits for the thread when destroyed.
-  opened_ = std::async(std::launch::async, [&config] { return open_nvdec_pool(config); });
-}
-
-void SamplePreparer::open_nvdec(const Config& config, State& state, NvdecOpening* opening) {
+// says otherwise): the cores keep decoding at full strength beside the engines. Without a build or GPU for it, auto is the
+// CPU, said once at start-up. nvdec waits for a session for every file, and refuses to start
+// without them. Either way a file NVDEC fails on (a stream it cannot take, a decode error) is
+// decoded again on the CPU and counted.
+void SamplePreparer::open_nvdec(const Config& config, State& state) {
   const VideoDecoderKind wanted = config.video.decoder;
   if (wanted == VideoDecoderKind::kCpu) return;
-  NvdecOpened opened = opening != nullptr && opening->opened_.valid() ? opening->opened_.get()
-                                                                      : open_nvdec_pool(config);
-  if (opened.pool) {
-    state.nvdec = std::move(opened.pool);
-    state.decoder = wanted;
-    spdlog::info("video decoding: {}{}", state.nvdec->describe(),
-                 wanted == VideoDecoderKind::kAuto ? " and the CPU decoders" : "");
-    return;
+  const std::vector<int> gpus = cuda_devices(config.devices_for(Modality::kVideo));
+  std::string why_not;
+  if (!nvdec_built()) {
+    why_not = "this build of precompute has no CUDA";
+  } else if (gpus.empty()) {
+    why_not = "video runs on no CUDA device (video.device or run.device)";
+  } else {
+    try {
+      state.nvdec = std::make_shared<NvdecPool>(gpus, config.video.nvdec_sessions);
+      state.decoder = wanted;
+      spdlog::info("video decoding: {}{}", state.nvdec->describe(),
+                   wanted == VideoDecoderKind::kAuto ? " and the CPU decoders" : "");
+      return;
+    } catch (const std::exception& e) {
+      why_not = e.what();
+    }
   }
-  PC_CHECK(wanted != VideoDecoderKind::kNvdec, ConfigError, "video.decoder: nvdec, but ",
-           opened.why_not, "; use video.decoder: auto (NVDEC where it can) or cpu");
-  spdlog::info("video decoding: on the CPU ({})", opened.why_not);
+  PC_CHECK(wanted != VideoDecoderKind::kNvdec, ConfigError, "video.decoder: nvdec, but ", why_not,
+           "; use video.decoder: auto (NVDEC where it can) or cpu");
+  spdlog::info("video decoding: on the CPU ({})", why_not);
 }
 
 VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) const {

@@ -5,7 +5,6 @@
 // bodies; the shared state is immutable).
 
 #include <filesystem>
-#include <future>
 #include <memory>
 #include <string>
 
@@ -21,33 +20,9 @@ struct RunStats;
 // is recorded as no_input (Note [Samples without a configured input] in pipeline/runner.cpp).
 bool sample_has_configured_input(const SampleSpec& spec, const Config& config);
 
-class NvdecPool;
-
-// What opening video's NVDEC sessions gave: the pool, or why there is none.
-struct NvdecOpened {
-  std::shared_ptr<NvdecPool> pool;
-  std::string why_not;
-};
-
-// The NVDEC sessions of video.decoder auto or nvdec, opened on a thread of their own from the
-// run's start (Note [Opening NVDEC beside the loading] in sample_preparer.cpp); the preparer
-// takes them. Opens nothing when video is off or decodes on the CPU. Its destructor waits for
-// the opening, and closes the sessions when no preparer took them (a refused run).
-class NvdecOpening {
- public:
-  explicit NvdecOpening(const Config& config);
-  NvdecOpening(const NvdecOpening&) = delete;
-  NvdecOpening& operator=(const NvdecOpening&) = delete;
-
- private:
-  friend class SamplePreparer;
-  std::future<NvdecOpened> opened_;  // not valid when nothing is opened, or once taken
-};
-
 class SamplePreparer {
  public:
-  // `opening`: the sessions opened beside the loading; without it the preparer opens them.
-  SamplePreparer(const Config& config, RunStats& stats, NvdecOpening* opening = nullptr);
+  SamplePreparer(const Config& config, RunStats& stats);
   PreparedSamplePtr operator()(const SampleSpec& spec) const;
   // The NVDEC sessions that decode video and whether CPU decoders join them; empty when only
   // the CPU decodes (or there is no video).
@@ -58,7 +33,7 @@ class SamplePreparer {
 
  private:
   struct State;
-  static void open_nvdec(const Config& config, State& state, NvdecOpening* opening);
+  static void open_nvdec(const Config& config, State& state);
   // decode_video on an NVDEC session when one is to be had (Note [Choosing the video decoder]).
   VideoFrames decode_video_on(const std::filesystem::path& file) const;
 
