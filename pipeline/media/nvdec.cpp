@@ -123,8 +123,9 @@ bool nvdec_built() { return true; }
 // The count differs by GPU (7 on an H100 or H200, 5 on an A100, 4 on an L4, 1 to 3 on others),
 // and the driver reports it (CUVIDDECODECAPS::nNumNVDECs, asked for 8-bit 4:2:0 H.264), so
 // video.nvdec_sessions: 0, the default, opens that many on each GPU. On an H200, 7 sessions
-// decoded 65.6 clips/s against 49.2 with 4 (720p H.264, 4 frames a clip, the decoders alone;
-// docs/benchmarks.md, "NVDEC"). A driver that does not say (older than the Video Codec SDK 11.1
+// decoded 65.6 clips/s against 49.2 with 4 (720p H.264, 4 frames a clip, the decoders alone),
+// and took a whole job of 800 clips from 56.1 to 60.4 clips/s at 1 frame/s beside the CPU
+// decoders (docs/benchmarks.md, "Video on the GPU machine"). A driver that does not say (older than the Video Codec SDK 11.1
 // API, which added the field) gets 4, as before. The question needs a CUDA context: the device's
 // primary one, which LibTorch has usually started by then (Note [Started beside the input's read]
 // in encoders/early_start.cpp), made current on a thread of its own so that the caller's current
