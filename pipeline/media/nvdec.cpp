@@ -120,16 +120,16 @@ bool nvdec_built() { return true; }
 // Note [A session per engine]
 // A session decodes one file at a time, so a GPU's engines are all busy only with a session per
 // engine at least; more sessions than engines take turns on them and cost a CUDA context each.
-// The count differs by GPU (7 on an H100 or H200, 5 on an A100, 4 on an L4, 1 to 3 on others),
-// and the driver reports it (CUVIDDECODECAPS::nNumNVDECs, asked for 8-bit 4:2:0 H.264), so
+// The count differs by GPU (7 on an H100 or H200, 5 on an A100, 4 on an L4), and the driver
+// reports it (CUVIDDECODECAPS::nNumNVDECs, asked for 8-bit 4:2:0 H.264), so
 // video.nvdec_sessions: 0, the default, opens that many on each GPU. On an H200, 7 sessions
 // decoded 65.6 clips/s against 49.2 with 4 (720p H.264, 4 frames a clip, the decoders alone),
 // and took a whole job of 800 clips from 56.1 to 60.4 clips/s at 1 frame/s beside the CPU
-// decoders (docs/benchmarks.md, "Video on the GPU machine"). A driver that does not say (older than the Video Codec SDK 11.1
-// API, which added the field) gets 4, as before. The question needs a CUDA context: the device's
-// primary one, which LibTorch has usually started by then (Note [Started beside the input's read]
-// in encoders/early_start.cpp), made current on a thread of its own so that the caller's current
-// device is untouched.
+// decoders (docs/benchmarks.md, "Video on the GPU machine"). A driver that does not say (older
+// than the Video Codec SDK 11.1 API, which added the field) gets 4, as before. The question
+// needs a CUDA context: the device's primary one, which LibTorch has usually started by then
+// (Note [Started beside the input's read] in encoders/early_start.cpp), made current on a
+// thread of its own so that the caller's current device is untouched.
 std::optional<int> nvdec_engine_count(int device, std::string* why_not) {
 #if PRECOMPUTE_WITH_NVDEC_CAPS
   std::string reason;
@@ -279,7 +279,7 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
       const auto engines = nvdec_engine_count(devices[d], &why_not);
       per_device[d] = engines ? *engines : kWithoutEngineCount;
       if (!engines) {
-        sizing_ = "4 a GPU: the engine count could not be had";
+        sizing_ = fmt::format("{} a GPU: the engine count could not be had", kWithoutEngineCount);
         spdlog::info("NVDEC on cuda:{}: {}; opening {} sessions", devices[d], why_not,
                      kWithoutEngineCount);
       }
