@@ -93,6 +93,7 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     n, run_s = int(m.group(1)), float(m.group(2))
     d = DECODED.search(line)
     g = ON_NVDEC.search(line)
+    decoders = DECODERS.search(line)
     got_timeline = {}
     if log_level in ("debug", "trace"):
         # The start-up and exit lines' seconds from the process's start (text_scale.timeline).
@@ -102,7 +103,7 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     return got_timeline | {"clips": n, "whole_s": wall, "run_s": run_s,
             "decoded_per_clip": float(d.group(3)) if d else None,
             "on_nvdec": int(g.group(1)) if g else 0, "summary": line.strip(),
-            "decoders": DECODERS.search(line).group(1) if DECODERS.search(line) else None,
+            "decoders": decoders.group(1) if decoders else None,
             "busy": busy_seconds(line),
             # CPU seconds of the process (user + system): what a clip costs the cores.
             "cpu_s": cpu_s}
