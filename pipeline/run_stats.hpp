@@ -32,6 +32,7 @@ struct RunStats {
   std::atomic<int64_t> video_seeks_undone{0};
   std::atomic<int64_t> video_nvdec_clips{0};      // of video_clips, decoded on NVDEC
   std::atomic<int64_t> video_nvdec_fallbacks{0};  // given to NVDEC, decoded on the CPU instead
+  std::atomic<int64_t> video_nvdec_handovers{0};  // started on the CPU, restarted on NVDEC
   std::array<std::atomic<int64_t>, kNumModalities> embedded{};        // per modality
   std::array<std::atomic<int64_t>, kNumModalities> batches_queued{};  // sent to an encoder
   std::array<std::atomic<int64_t>, kNumModalities> batches_done{};

@@ -502,6 +502,7 @@ RunSummary summarise(const Config& config, const Input& input, const Calibrated&
   summary.video_seeks_undone = stats.video_seeks_undone;
   summary.video_nvdec_clips = stats.video_nvdec_clips;
   summary.video_nvdec_fallbacks = stats.video_nvdec_fallbacks;
+  summary.video_nvdec_handovers = stats.video_nvdec_handovers;
   summary.video_decoders = calibrated.preparer.video_decoders();
   summary.peak_decoded_bytes = executed.peak_decoded_bytes;
   summary.shards = stats.shards_written;
@@ -728,6 +729,10 @@ std::string format_summary(const RunSummary& s) {
     if (!s.video_decoders.empty()) {
       out += fmt::format("; decoders: {}, {} clip(s) on NVDEC", s.video_decoders,
                          s.video_nvdec_clips);
+      if (s.video_nvdec_handovers > 0) {
+        out += fmt::format(" ({} of them started on the CPU and handed over)",
+                           s.video_nvdec_handovers);
+      }
       if (s.video_nvdec_fallbacks > 0) {
         out += fmt::format(" ({} more given to NVDEC fell back to the CPU)",
                            s.video_nvdec_fallbacks);

@@ -31,6 +31,7 @@ struct RunSummary {
   int64_t video_seeks_undone = 0;
   int64_t video_nvdec_clips = 0;
   int64_t video_nvdec_fallbacks = 0;
+  int64_t video_nvdec_handovers = 0;  // started on the CPU, restarted on a free session
   std::string video_decoders;  // "8 NVDEC session(s) on cuda:0 and CPU"; empty: the CPU alone
   int64_t oom_splits = 0;      // batches split after running out of device memory  // captions whose invalid UTF-8 was replaced (still embedded)
   std::array<int64_t, kNumModalities> embedded{};

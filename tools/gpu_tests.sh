@@ -8,7 +8,8 @@
 # 2. writes a small BERT with random weights (transformers, no download) for the attention test;
 # 3. runs the CTest label `gpu` (tests/gpu/gpu_test.cpp: flash attention against the padded path
 #    and a float32 reference, two CUDA streams per encoder against one call at a time, the
-#    allocator cap) with PRECOMPUTE_REQUIRE_GPU=1, so that a missing device or model fails;
+#    allocator cap, NVDEC sessions) with PRECOMPUTE_REQUIRE_GPU=1, so that a missing device or
+#    model fails; bench-data/hevc_1080p, when carried, gives the NVDEC handover test its clip;
 # 4. runs tests/gpu/nvdec_parity.py on bench-data/parity (tools/bench/make_video_clips.sh parity)
 #    when that folder is there, else says it did not.
 # Logs in $OUT (default /tmp/out). Exit 1 when any step failed.
@@ -54,6 +55,13 @@ print(f"{out}: vocab {len(vocab)}, hidden 384, 4 layers, 6 heads")
 PY
 
 echo "==== ctest -L gpu ===="
+# The NVDEC handover test needs a clip far slower on the CPU than on NVDEC.
+heavy=bench-data/hevc_1080p/clip0.mp4
+if [ -f "$heavy" ]; then
+  export PRECOMPUTE_TEST_HEAVY_CLIP=$PWD/$heavy
+else
+  echo "no $heavy (tools/bench/make_video_clips.sh hevc_1080p): the NVDEC handover test skips"
+fi
 PRECOMPUTE_REQUIRE_GPU=1 PRECOMPUTE_TEST_BERT_DIR=$bert \
   ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1 | tee "$OUT/ctest_gpu.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

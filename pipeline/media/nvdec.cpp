@@ -321,7 +321,9 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
       throw std::runtime_error(error);
     }
   }
-  for (const auto& session : sessions_) free_.push_back(session.get());
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& session : sessions_) free_.push_back({session.get(), now});
+  free_count_.store(static_cast<int>(free_.size()), std::memory_order_relaxed);
 }
 
 NvdecPool::~NvdecPool() { close_all(); }
@@ -343,14 +345,21 @@ void NvdecPool::close_all() noexcept {
 NvdecSession* NvdecPool::take_locked() {
   // First in, first out: leases go round the sessions, and so round the GPUs (Note [Every
   // device gets batches] in pipeline/stages/encode_stage.cpp).
-  NvdecSession* session = free_.front();
+  NvdecSession* session = free_.front().session;
   free_.pop_front();
+  free_count_.store(static_cast<int>(free_.size()), std::memory_order_relaxed);
   return session;
 }
 
 NvdecPool::Lease NvdecPool::try_acquire() {
   std::lock_guard lock(mutex_);
   if (free_.empty()) return {};
+  return Lease(this, take_locked());
+}
+
+NvdecPool::Lease NvdecPool::try_acquire_idle(std::chrono::steady_clock::duration idle) {
+  std::lock_guard lock(mutex_);
+  if (free_.empty() || std::chrono::steady_clock::now() - free_.front().since < idle) return {};
   return Lease(this, take_locked());
 }
 
@@ -363,7 +372,8 @@ NvdecPool::Lease NvdecPool::acquire() {
 void NvdecPool::release(NvdecSession* session) {
   {
     std::lock_guard lock(mutex_);
-    free_.push_back(session);
+    free_.push_back({session, std::chrono::steady_clock::now()});
+    free_count_.store(static_cast<int>(free_.size()), std::memory_order_relaxed);
   }
   freed_.notify_one();
 }

@@ -7,6 +7,8 @@
 //
 // Builds without CUDA have the pool type but cannot open one (nvdec_built() is false).
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -97,6 +99,12 @@ class NvdecPool {
   Lease try_acquire();
   // Waits for a free session (video.decoder: nvdec).
   Lease acquire();
+  // A session that has been free for at least `idle`, or an empty lease: a session nobody took
+  // for that long means no file is waiting for one (Note [Handing a file over to NVDEC] in
+  // pipeline/stages/nvdec_handover.cpp).
+  Lease try_acquire_idle(std::chrono::steady_clock::duration idle);
+  // Whether some session is free now, without taking the lock (it may be gone when asked).
+  bool any_free() const { return free_count_.load(std::memory_order_relaxed) > 0; }
 
   int size() const { return static_cast<int>(sessions_.size()); }
   // "14 NVDEC session(s) on cuda:0, cuda:1 (one per engine)"
@@ -114,7 +122,13 @@ class NvdecPool {
   std::string sizing_;  // how the count was chosen, for describe()
   std::mutex mutex_;
   std::condition_variable freed_;
-  std::deque<NvdecSession*> free_;  // first in, first out; GPUs interleaved
+  struct FreeSession {
+    NvdecSession* session;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::deque<FreeSession> free_;  // first in, first out (the front is the longest free); GPUs
+                                  // interleaved
+  std::atomic<int> free_count_{0};  // free_.size(), for any_free()
 };
 
 }  // namespace precompute

@@ -668,7 +668,16 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     if (shown.size() > kShownLimit) shown.erase(shown.begin());
   };
 
+  const bool may_give_up = options.give_up && options.nvdec == nullptr;
   const auto before_read = [&](int64_t last_dts) {
+    if (may_give_up) {
+      double done = 0.0;
+      if (start != AV_NOPTS_VALUE && last_dts != AV_NOPTS_VALUE && *duration > 0) {
+        done = std::clamp(static_cast<double>(last_dts - start) / static_cast<double>(*duration),
+                          0.0, 1.0);
+      }
+      if (options.give_up(done, duration_s)) throw DecodeGivenUp(decoded);
+    }
     const ffmpeg::TimeInto timed(ffmpeg::thread_decode_times().seek);
     if (undo_pending) {
       shown.clear();

@@ -6,7 +6,10 @@
 // in ffmpeg_common.hpp). Stateless between calls; each call opens its own FFmpeg objects, so
 // concurrent calls on different threads are safe.
 
+#include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <functional>
 
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/sample.hpp"
@@ -49,13 +52,30 @@ struct VideoDecodeOptions {
   // H.264 and HEVC through this decoder, kept open from file to file (Note [Keeping NVDEC
   // decoders across files] in kept_decoder.cpp); null: the NVDEC session's, else one per file.
   KeptDecoder* kept_decoder = nullptr;
+  // On the CPU, asked as the file is read, with the share of its time read so far (0 to 1) and
+  // its length in seconds; true gives the file up: decode_video throws DecodeGivenUp (for
+  // handing it over to NVDEC, Note [Handing a file over to NVDEC] in
+  // pipeline/stages/nvdec_handover.cpp). Empty: never asked.
+  std::function<bool(double done, double duration_s)> give_up;
+};
+
+// What decode_video throws when VideoDecodeOptions::give_up said so: not a failure of the file.
+class DecodeGivenUp : public std::exception {
+ public:
+  explicit DecodeGivenUp(int64_t decoded_frames) : decoded_frames_(decoded_frames) {}
+  const char* what() const noexcept override { return "the decode was given up"; }
+  int64_t decoded_frames() const { return decoded_frames_; }  // before it was
+
+ private:
+  int64_t decoded_frames_;
 };
 
 // The options of `section`, with the per-file limits of `run`.
 VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSection& run);
 
 // Throws MediaError with the failure category (missing, unreadable, no_stream, decode_error,
-// too_long, too_large, timeout, unsupported) and a message naming the file.
+// too_long, too_large, timeout, unsupported) and a message naming the file; DecodeGivenUp
+// when options.give_up says so.
 VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options);
 
 }  // namespace precompute

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "pipeline/media/nvdec.hpp"
 #include "pipeline/media/video_decoder.hpp"
 #include "pipeline/run_stats.hpp"
+#include "pipeline/stages/nvdec_handover.hpp"
 
 namespace precompute {
 
@@ -23,6 +25,9 @@ struct SamplePreparer::State {
   VideoDecodeOptions video_options;
   VideoDecoderKind decoder = VideoDecoderKind::kCpu;  // kCpu when no NVDEC pool could be had
   std::shared_ptr<NvdecPool> nvdec;
+  // NVDEC's seconds per file, for handing CPU files over (Note [Handing a file over to NVDEC]
+  // in nvdec_handover.cpp). Mutable state in a const State: it is thread-safe.
+  mutable NvdecPace nvdec_pace;
   AudioDecodeOptions audio_options;
   int64_t max_text_bytes = 0;
   std::optional<WordPieceTokenizer> tokenizer;
@@ -66,8 +71,9 @@ std::vector<int> cuda_devices(const std::vector<std::string>& devices) {
 // the CPU when none is free, so both kinds stay busy. A thread on NVDEC mostly waits for the
 // GPU, so auto adds a decode thread per session to the one per core (unless run.decode_threads
 // says otherwise): the cores keep decoding at full strength beside the engines. Without a build or GPU for it, auto is the
-// CPU, said once at start-up. nvdec waits for a session for every file, and refuses to start
-// without them. Either way a file NVDEC fails on (a stream it cannot take, a decode error) is
+// CPU, said once at start-up. When files stop coming, auto hands a CPU file over to a session
+// gone idle if that is faster (Note [Handing a file over to NVDEC] in nvdec_handover.cpp).
+// nvdec waits for a session for every file, and refuses to start without them. Either way a file NVDEC fails on (a stream it cannot take, a decode error) is
 // decoded again on the CPU and counted.
 void SamplePreparer::open_nvdec(const Config& config, State& state) {
   const VideoDecoderKind wanted = config.video.decoder;
@@ -99,14 +105,44 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
   if (!s.nvdec) return decode_video(file, s.video_options);
   NvdecPool::Lease lease =
       s.decoder == VideoDecoderKind::kNvdec ? s.nvdec->acquire() : s.nvdec->try_acquire();
-  if (!lease) return decode_video(file, s.video_options);
+  if (!lease) {
+    // auto, every session busy: the CPU, until a session goes idle and is worth it (Note
+    // [Handing a file over to NVDEC] in nvdec_handover.cpp).
+    VideoDecodeOptions options = s.video_options;
+    const auto started = std::chrono::steady_clock::now();
+    options.give_up = [&](double done, double duration_s) {
+      if (!s.nvdec->any_free()) return false;
+      const auto nvdec_s = s.nvdec_pace.expected_seconds(duration_s);
+      if (!nvdec_s) return false;
+      const double elapsed_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      if (!worth_handing_over(elapsed_s, done, *nvdec_s)) return false;
+      lease = s.nvdec->try_acquire_idle(kNvdecIdleBeforeHandover);
+      return static_cast<bool>(lease);
+    };
+    try {
+      return decode_video(file, options);
+    } catch (const DecodeGivenUp& given_up) {
+      stats_->video_nvdec_handovers.fetch_add(1, std::memory_order_relaxed);
+      stats_->video_decoded_frames.fetch_add(given_up.decoded_frames(), std::memory_order_relaxed);
+      spdlog::debug("{}: handed over to a free NVDEC session after {} frame(s) on the CPU",
+                    file.string(), given_up.decoded_frames());
+    }
+  }
   VideoDecodeOptions options = s.video_options;
   options.nvdec = lease.session();
   try {
+    const auto started = std::chrono::steady_clock::now();
     VideoFrames frames = decode_video(file, options);
     // Frames, but none from NVDEC: FFmpeg could not set the engine up for this stream and the
     // same call decoded it on the CPU.
-    if (!frames.nvdec) stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    if (!frames.nvdec) {
+      stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      s.nvdec_pace.add(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+          frames.duration_s);
+    }
     return frames;
   } catch (const MediaError& e) {
     // Limits (too long, too large, timeout) hold on every decoder; the rest may be NVDEC's.

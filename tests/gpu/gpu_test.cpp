@@ -24,6 +24,7 @@
 #include <csignal>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,8 @@
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/media/nvdec.hpp"
+#include "pipeline/run_stats.hpp"
+#include "pipeline/stages/sample_preparer.hpp"
 
 namespace precompute {
 namespace {
@@ -573,6 +576,91 @@ TEST(NvdecPoolGpuTest, ZeroSessionsOpensOnePerEngineAndACountOpensThatMany) {
   const NvdecPool given({0}, 2);
   EXPECT_EQ(given.size(), 2);
   EXPECT_EQ(given.describe(), "2 NVDEC session(s) on cuda:0");
+}
+
+
+#define NEED_NVDEC()                                                                     \
+  do {                                                                                  \
+    NEED_GPU();                                                                         \
+    if (!nvdec_built()) {                                                               \
+      if (gpu_required()) FAIL() << "PRECOMPUTE_REQUIRE_GPU=1 but this build has no NVDEC"; \
+      GTEST_SKIP() << "this build has no NVDEC";                                        \
+    }                                                                                   \
+  } while (0)
+
+// Note [Handing a file over to NVDEC] in pipeline/stages/nvdec_handover.cpp: a session is
+// handed to a CPU decode only once nobody has taken it for a while.
+TEST(NvdecPoolGpuTest, AnIdleSessionIsHandedOverOnlyAfterNobodyTookItForAWhile) {
+  NEED_NVDEC();
+  using std::chrono::milliseconds;
+  NvdecPool pool({0}, 1);
+  EXPECT_TRUE(pool.any_free());
+  {
+    const NvdecPool::Lease lease = pool.try_acquire();
+    ASSERT_TRUE(lease);
+    EXPECT_FALSE(pool.any_free());
+    EXPECT_FALSE(pool.try_acquire_idle(milliseconds(0)));
+  }
+  EXPECT_TRUE(pool.any_free());
+  EXPECT_FALSE(pool.try_acquire_idle(std::chrono::seconds(10)));  // just given back
+  std::this_thread::sleep_for(milliseconds(60));
+  const NvdecPool::Lease idle = pool.try_acquire_idle(milliseconds(50));
+  EXPECT_TRUE(idle);
+  EXPECT_FALSE(pool.any_free());
+}
+
+// The end of a job under video.decoder: auto, one session: a file on the session, the next on
+// the CPU because the session is busy; when the session's file is done and nobody takes the
+// session, the CPU's file, far from done, is started again on it. Its frames are those the
+// session gives the same file on its own. Needs a clip that is slow on the CPU against NVDEC
+// (PRECOMPUTE_TEST_HEAVY_CLIP, tools/gpu_tests.sh sets it to a 1080p HEVC clip of
+// tools/bench/make_video_clips.sh hevc_1080p when carried).
+TEST(NvdecHandoverGpuTest, ACpuFileIsHandedOverToTheSessionThatWentIdle) {
+  NEED_NVDEC();
+  const char* heavy = std::getenv("PRECOMPUTE_TEST_HEAVY_CLIP");
+  if (heavy == nullptr || !std::filesystem::exists(heavy)) {
+    GTEST_SKIP() << "PRECOMPUTE_TEST_HEAVY_CLIP is not a file";
+  }
+  Config config;
+  config.video.enabled = true;
+  config.video.fps = 1.0;
+  config.video.decoder = VideoDecoderKind::kAuto;
+  config.video.nvdec_sessions = 1;
+  config.run.devices = {"cuda:0"};
+  RunStats stats;
+  const SamplePreparer preparer(config, stats);
+  SampleSpec spec;
+  spec.id = "heavy";
+  spec.video = heavy;
+
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto t = std::chrono::steady_clock::now();
+  const PreparedSamplePtr alone = preparer(spec);  // the session learns its pace
+  const double alone_s = seconds_since(t);
+  ASSERT_TRUE(alone->failures.empty()) << alone->failures.front().message;
+  ASSERT_TRUE(alone->video && alone->video->nvdec);
+  EXPECT_EQ(stats.video_nvdec_handovers.load(), 0);
+
+  PreparedSamplePtr on_session;
+  std::thread first([&] { on_session = preparer(spec); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the session is taken
+  t = std::chrono::steady_clock::now();
+  const PreparedSamplePtr handed = preparer(spec);
+  const double handed_s = seconds_since(t);
+  first.join();
+  ASSERT_TRUE(on_session->video && on_session->video->nvdec);
+  ASSERT_TRUE(handed->failures.empty()) << handed->failures.front().message;
+  ASSERT_TRUE(handed->video);
+  EXPECT_TRUE(handed->video->nvdec);
+  EXPECT_EQ(stats.video_nvdec_handovers.load(), 1);
+  EXPECT_EQ(stats.video_nvdec_clips.load(), 3);
+  EXPECT_EQ(handed->video->rgb, alone->video->rgb);
+  EXPECT_EQ(handed->video->timestamps, alone->video->timestamps);
+  // Waiting for the session and decoding there, not the CPU's whole file.
+  std::printf("NVDEC alone %.2f s; the handed-over file %.2f s\n", alone_s, handed_s);
+  EXPECT_LT(handed_s, 3.0 * alone_s + 1.0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -454,6 +455,52 @@ TEST(VideoDecoder, ConcurrentDecodesGiveTheSameFrames) {
         std::async(std::launch::async, [&] { return decode_video(clip, num_frames_options(8)); }));
   }
   for (auto& decode : decodes) EXPECT_EQ(decode.get().rgb, expected.rgb);
+}
+
+// The hook SamplePreparer hands files over to NVDEC with (Note [Handing a file over to NVDEC] in
+// pipeline/stages/nvdec_handover.cpp): asked with how far the decode has read, it may give the
+// file up, which is not a failure of the file.
+TEST(VideoDecoder, GiveUpHookSeesTheDecodeAdvanceAndStopsItWhenAsked) {
+  TempDir dir;
+  const auto clip = dir / "colours.mp4";
+  make_colour_clip(clip, "-c:v libx264 -pix_fmt yuv420p");
+  const VideoFrames expected = decode_video(clip, num_frames_options(8));
+
+  // Never giving up: asked with a share of the file that only grows, within [0, 1], and the
+  // clip's length; the frames are those of a decode without the hook.
+  std::vector<double> asked;
+  double asked_duration = -1.0;
+  VideoDecodeOptions options = num_frames_options(8);
+  options.give_up = [&](double done, double duration_s) {
+    asked.push_back(done);
+    asked_duration = duration_s;
+    return false;
+  };
+  const VideoFrames kept_on = decode_video(clip, options);
+  EXPECT_EQ(kept_on.rgb, expected.rgb);
+  EXPECT_EQ(kept_on.timestamps, expected.timestamps);
+  ASSERT_GT(asked.size(), 10u);
+  EXPECT_TRUE(std::is_sorted(asked.begin(), asked.end()));
+  EXPECT_GE(asked.front(), 0.0);
+  EXPECT_LE(asked.back(), 1.0);
+  EXPECT_GT(asked.back(), 0.5);
+  EXPECT_NEAR(asked_duration, expected.duration_s, 1e-9);
+
+  // Giving up halfway: DecodeGivenUp with the frames decoded until then, no MediaError.
+  options.give_up = [](double done, double) { return done >= 0.5; };
+  int64_t decoded_before = -1;
+  try {
+    decode_video(clip, options);
+    ADD_FAILURE() << "the decode went on after the hook gave it up";
+  } catch (const DecodeGivenUp& given_up) {
+    decoded_before = given_up.decoded_frames();
+  }
+  EXPECT_GT(decoded_before, 0);
+  EXPECT_LT(decoded_before, expected.decoded_frames);
+
+  // Giving up at once, before a frame.
+  options.give_up = [](double, double) { return true; };
+  EXPECT_THROW(decode_video(clip, options), DecodeGivenUp);
 }
 
 TEST(VideoDecoder, NameWithSpacesAndColonDecodes) {

@@ -36,6 +36,7 @@ WORK = Path("/tmp/video-bench")
 SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s")
 DECODED = re.compile(r"video decoding: (\d+) frames decoded for (\d+) kept \(([\d.]+) per clip\)")
 ON_NVDEC = re.compile(r"(\d+) clip\(s\) on NVDEC")
+HANDED_OVER = re.compile(r"(\d+) of them started on the CPU and handed over")
 DECODERS = re.compile(r"decoders: (.*?), \d+ clip\(s\) on NVDEC")
 
 
@@ -93,6 +94,7 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     n, run_s = int(m.group(1)), float(m.group(2))
     d = DECODED.search(line)
     g = ON_NVDEC.search(line)
+    h = HANDED_OVER.search(line)
     decoders = DECODERS.search(line)
     got_timeline = {}
     if log_level in ("debug", "trace"):
@@ -102,7 +104,8 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
             print(f"  {tag} {at:7.3f} s  {what}", flush=True)
     return got_timeline | {"clips": n, "whole_s": wall, "run_s": run_s,
             "decoded_per_clip": float(d.group(3)) if d else None,
-            "on_nvdec": int(g.group(1)) if g else 0, "summary": line.strip(),
+            "on_nvdec": int(g.group(1)) if g else 0,
+            "handed_over": int(h.group(1)) if h else 0, "summary": line.strip(),
             "decoders": decoders.group(1) if decoders else None,
             "busy": busy_seconds(line),
             # CPU seconds of the process (user + system): what a clip costs the cores.
@@ -220,7 +223,8 @@ def main() -> int:
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "each"} |
                          {"extra": {k: runs[-1].get(k) for k in ("decoded_per_clip", "on_nvdec",
-                                                                  "decoders", "frames")}}),
+                                                                  "handed_over", "decoders",
+                                                                  "frames")}}),
               flush=True)
 
     for sampling in args.samplings.split(","):
