@@ -676,7 +676,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
         done = std::clamp(static_cast<double>(last_dts - start) / static_cast<double>(*duration),
                           0.0, 1.0);
       }
-      if (options.give_up(done, duration_s)) throw DecodeGivenUp(decoded);
+      if (options.give_up(done, duration_s)) throw DecodeGivenUp(decoded, deadline.seconds_left());
     }
     const ffmpeg::TimeInto timed(ffmpeg::thread_decode_times().seek);
     if (undo_pending) {

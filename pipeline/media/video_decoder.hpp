@@ -62,12 +62,17 @@ struct VideoDecodeOptions {
 // What decode_video throws when VideoDecodeOptions::give_up said so: not a failure of the file.
 class DecodeGivenUp : public std::exception {
  public:
-  explicit DecodeGivenUp(int64_t decoded_frames) : decoded_frames_(decoded_frames) {}
+  DecodeGivenUp(int64_t decoded_frames, double seconds_left)
+      : decoded_frames_(decoded_frames), seconds_left_(seconds_left) {}
   const char* what() const noexcept override { return "the decode was given up"; }
   int64_t decoded_frames() const { return decoded_frames_; }  // before it was
+  // Of the file's options.timeout_s (run.sample_timeout_s): what a decode started again may
+  // take, so that the file's limit holds across both.
+  double seconds_left() const { return seconds_left_; }
 
  private:
   int64_t decoded_frames_;
+  double seconds_left_;
 };
 
 // The options of `section`, with the per-file limits of `run`.

@@ -105,6 +105,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
   if (!s.nvdec) return decode_video(file, s.video_options);
   NvdecPool::Lease lease =
       s.decoder == VideoDecoderKind::kNvdec ? s.nvdec->acquire() : s.nvdec->try_acquire();
+  double seconds_left = s.video_options.timeout_s;  // of the file's time limit
   if (!lease) {
     // auto, every session busy: the CPU, until a session goes idle and is worth it (Note
     // [Handing a file over to NVDEC] in nvdec_handover.cpp).
@@ -123,6 +124,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
     try {
       return decode_video(file, options);
     } catch (const DecodeGivenUp& given_up) {
+      seconds_left = given_up.seconds_left();
       stats_->video_nvdec_handovers.fetch_add(1, std::memory_order_relaxed);
       stats_->video_decoded_frames.fetch_add(given_up.decoded_frames(), std::memory_order_relaxed);
       spdlog::debug("{}: handed over to a free NVDEC session after {} frame(s) on the CPU",
@@ -131,6 +133,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
   }
   VideoDecodeOptions options = s.video_options;
   options.nvdec = lease.session();
+  options.timeout_s = std::max(1e-3, seconds_left);  // a file handed over keeps what is left
   try {
     const auto started = std::chrono::steady_clock::now();
     VideoFrames frames = decode_video(file, options);

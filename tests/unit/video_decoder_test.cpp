@@ -488,15 +488,20 @@ TEST(VideoDecoder, GiveUpHookSeesTheDecodeAdvanceAndStopsItWhenAsked) {
 
   // Giving up halfway: DecodeGivenUp with the frames decoded until then, no MediaError.
   options.give_up = [](double done, double) { return done >= 0.5; };
+  options.timeout_s = 100.0;
   int64_t decoded_before = -1;
+  double seconds_left = -1.0;
   try {
     decode_video(clip, options);
     ADD_FAILURE() << "the decode went on after the hook gave it up";
   } catch (const DecodeGivenUp& given_up) {
     decoded_before = given_up.decoded_frames();
+    seconds_left = given_up.seconds_left();  // of the file's limit, for the decode after
   }
   EXPECT_GT(decoded_before, 0);
   EXPECT_LT(decoded_before, expected.decoded_frames);
+  EXPECT_LT(seconds_left, 100.0);
+  EXPECT_GT(seconds_left, 90.0);
 
   // Giving up at once, before a frame.
   options.give_up = [](double, double) { return true; };
