@@ -69,12 +69,13 @@ std::vector<int> cuda_devices(const std::vector<std::string>& devices) {
 // video.decoder: auto opens NVDEC sessions on the GPUs video runs on, when the build has CUDA
 // and video has a GPU; the decode threads then take a free session for each file and decode on
 // the CPU when none is free, so both kinds stay busy. A thread on NVDEC mostly waits for the
-// GPU, so auto adds a decode thread per session to the one per core (unless run.decode_threads
-// says otherwise): the cores keep decoding at full strength beside the engines. Without a build or GPU for it, auto is the
-// CPU, said once at start-up. When files stop coming, auto hands a CPU file over to a session
-// gone idle if that is faster (Note [Handing a file over to NVDEC] in nvdec_handover.cpp).
-// nvdec waits for a session for every file, and refuses to start without them. Either way a file NVDEC fails on (a stream it cannot take, a decode error) is
-// decoded again on the CPU and counted.
+// GPU, so auto adds a decode thread per session to the one per core (unless
+// run.decode_threads says otherwise): the cores keep decoding at full strength beside the
+// engines. When files stop coming, auto hands a CPU file over to a session gone idle if that is
+// faster (Note [Handing a file over to NVDEC] in nvdec_handover.cpp). Without a build or GPU
+// for it, auto is the CPU, said once at start-up. nvdec waits for a session for every file, and
+// refuses to start without them. Either way a file NVDEC fails on (a stream it cannot take, a
+// decode error) is decoded again on the CPU and counted.
 void SamplePreparer::open_nvdec(const Config& config, State& state) {
   const VideoDecoderKind wanted = config.video.decoder;
   if (wanted == VideoDecoderKind::kCpu) return;
@@ -157,7 +158,9 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
   }
   lease = {};  // free for another file while this one decodes on the CPU
   stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
-  return decode_video(file, s.video_options);
+  VideoDecodeOptions on_cpu = s.video_options;
+  on_cpu.timeout_s = options.timeout_s;
+  return decode_video(file, on_cpu);
 }
 
 int SamplePreparer::decode_threads_beside_the_cpu() const {
