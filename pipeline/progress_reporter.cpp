@@ -9,6 +9,7 @@
 
 #include "encoders/encoder.hpp"
 #include "pipeline/core/modality.hpp"
+#include "pipeline/core/seconds_since.hpp"
 #include "pipeline/run_stats.hpp"
 
 namespace precompute {
@@ -47,8 +48,7 @@ std::string gpu_memory_text(const std::vector<std::string>& gpu_devices) {
 std::string progress_line(const RunStats& stats, const ProgressContext& context) {
   const auto total = stats.total.load();
   const auto done = stats.completed.load();
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - context.started).count();
+  const double elapsed = seconds_since(context.started);
   const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0.0;
   const double eta = rate > 0 ? static_cast<double>(total - done) / rate : NAN;
   std::string queues;

@@ -20,6 +20,7 @@
 #include "encoders/early_start.hpp"
 #include "encoders/encoder.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/seconds_since.hpp"
 #include "pipeline/core/sha256.hpp"
 #include "pipeline/graph.hpp"
 #include "pipeline/input/manifest.hpp"
@@ -120,8 +121,7 @@ EncoderPools load_encoders(const Config& config, EarlyStart* early) {
       spdlog::info("{} encoder {} on {}: {} vectors of dim {}, loaded and warmed up in {:.2f} s",
                    modality_name(m), info.model_file, info.device,
                    info.per_step ? "per-step" : "pooled", info.dim,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                       .count());
+                   seconds_since(started));
     }
     pools[modality_index(m)] = std::make_shared<EncoderPool>(std::move(encoders));
   }
@@ -191,10 +191,6 @@ void check_usable_input(const std::vector<SampleSpec>& samples, const Config& co
 }
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // The input, held once: the plan and the graph refer to its samples by position (seq).
 struct Input {

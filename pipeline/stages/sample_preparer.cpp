@@ -10,6 +10,7 @@
 #include "encoders/bert/text_settings.hpp"
 #include "encoders/text/wordpiece_tokenizer.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/seconds_since.hpp"
 #include "pipeline/media/audio_decoder.hpp"
 #include "pipeline/media/nvdec.hpp"
 #include "pipeline/media/video_decoder.hpp"
@@ -116,9 +117,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
       if (!s.nvdec->any_free()) return false;
       const auto nvdec_s = s.nvdec_pace.expected_seconds(duration_s);
       if (!nvdec_s) return false;
-      const double elapsed_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      if (!worth_handing_over(elapsed_s, done, *nvdec_s)) return false;
+      if (!worth_handing_over(seconds_since(started), done, *nvdec_s)) return false;
       lease = s.nvdec->try_acquire_idle(kNvdecIdleBeforeHandover);
       return static_cast<bool>(lease);
     };
@@ -143,9 +142,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
     if (!frames.nvdec) {
       stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
     } else {
-      s.nvdec_pace.add(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
-          frames.duration_s);
+      s.nvdec_pace.add(seconds_since(started), frames.duration_s);
     }
     return frames;
   } catch (const MediaError& e) {

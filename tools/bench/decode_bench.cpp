@@ -34,6 +34,7 @@ extern "C" {
 }
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/seconds_since.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/nvdec.hpp"
 #include "pipeline/media/video_decoder.hpp"
@@ -111,10 +112,7 @@ Args parse(int argc, char** argv) {
 }
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using precompute::seconds_since;
 
 // Seconds of one file's phases, for plain and cuvid.
 struct Phases {

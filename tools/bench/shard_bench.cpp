@@ -23,10 +23,13 @@
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/seconds_since.hpp"
 #include "storage/shard_writer.hpp"
 #include "tools/bench/bench_args.hpp"
 
 namespace {
+
+using precompute::seconds_since;
 
 struct Args {
   int64_t samples = 1000000;
@@ -109,10 +112,6 @@ std::vector<precompute::ShardContents> make_shards(const Args& a) {
     shards.push_back(std::move(c));
   }
   return shards;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace
