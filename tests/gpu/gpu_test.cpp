@@ -554,12 +554,17 @@ TEST(EmbeddingOutputGpuTest, PoolsAsTheCpuDoesWithTwoCallsAtOnceOnTheirOwnStream
 // NVDEC sessions, one per engine by default (Note [A session per engine] in
 // pipeline/media/nvdec.cpp)
 
+#define NEED_NVDEC()                                                                        \
+  do {                                                                                      \
+    NEED_GPU();                                                                             \
+    if (!nvdec_built()) {                                                                   \
+      if (gpu_required()) FAIL() << "PRECOMPUTE_REQUIRE_GPU=1 but this build has no NVDEC"; \
+      GTEST_SKIP() << "this build has no NVDEC";                                            \
+    }                                                                                       \
+  } while (0)
+
 TEST(NvdecPoolGpuTest, ZeroSessionsOpensOnePerEngineAndACountOpensThatMany) {
-  NEED_GPU();
-  if (!nvdec_built()) {
-    if (gpu_required()) FAIL() << "PRECOMPUTE_REQUIRE_GPU=1 but this build has no NVDEC";
-    GTEST_SKIP() << "this build has no NVDEC";
-  }
+  NEED_NVDEC();
   std::string why_not;
   const auto engines = nvdec_engine_count(0, &why_not);
   ASSERT_TRUE(engines.has_value()) << why_not;
@@ -579,14 +584,6 @@ TEST(NvdecPoolGpuTest, ZeroSessionsOpensOnePerEngineAndACountOpensThatMany) {
 }
 
 
-#define NEED_NVDEC()                                                                     \
-  do {                                                                                  \
-    NEED_GPU();                                                                         \
-    if (!nvdec_built()) {                                                               \
-      if (gpu_required()) FAIL() << "PRECOMPUTE_REQUIRE_GPU=1 but this build has no NVDEC"; \
-      GTEST_SKIP() << "this build has no NVDEC";                                        \
-    }                                                                                   \
-  } while (0)
 
 // Note [Handing a file over to NVDEC] in pipeline/stages/nvdec_handover.cpp: a session is
 // handed to a CPU decode only once nobody has taken it for a while.
