@@ -10,6 +10,7 @@
 #include "encoders/bert/text_settings.hpp"
 #include "encoders/text/wordpiece_tokenizer.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/low_priority_threads.hpp"
 #include "pipeline/core/seconds_since.hpp"
 #include "pipeline/media/audio_decoder.hpp"
 #include "pipeline/media/nvdec.hpp"
@@ -29,6 +30,9 @@ struct SamplePreparer::State {
   // NVDEC's seconds per file, for handing CPU files over (Note [Handing a file over to NVDEC]
   // in nvdec_handover.cpp). Mutable state in a const State: it is thread-safe.
   mutable NvdecPace nvdec_pace;
+  // Where CPU decodes run while NVDEC sessions decode beside them (Note [CPU decoders at a lower
+  // priority]); null without sessions.
+  std::unique_ptr<LowPriorityThreads> cpu_decode_threads;
   AudioDecodeOptions audio_options;
   int64_t max_text_bytes = 0;
   std::optional<WordPieceTokenizer> tokenizer;
@@ -52,6 +56,9 @@ SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&
 }
 
 namespace {
+
+// Note [CPU decoders at a lower priority].
+constexpr int kCpuDecodeNiceIncrement = 10;
 
 // The CUDA ordinals among video's devices, each once.
 std::vector<int> cuda_devices(const std::vector<std::string>& devices) {
@@ -89,6 +96,7 @@ void SamplePreparer::open_nvdec(const Config& config, State& state) {
   } else {
     try {
       state.nvdec = std::make_shared<NvdecPool>(gpus, config.video.nvdec_sessions);
+      state.cpu_decode_threads = std::make_unique<LowPriorityThreads>(kCpuDecodeNiceIncrement);
       state.decoder = wanted;
       spdlog::info("video decoding: {}{}", state.nvdec->describe(),
                    wanted == VideoDecoderKind::kAuto ? " and the CPU decoders" : "");
@@ -102,9 +110,26 @@ void SamplePreparer::open_nvdec(const Config& config, State& state) {
   spdlog::info("video decoding: on the CPU ({})", why_not);
 }
 
+// Note [CPU decoders at a lower priority]
+// With NVDEC sessions open, CPU decodes run on threads of their own at a nice value 10 above
+// the process's (LowPriorityThreads), the thread that took the file waiting for them. A file on
+// NVDEC costs the cores little (about 45 CPU ms for a 720p clip against 380 on the CPU
+// decoders), but its thread must run the moment the engine hands back a picture or the engine
+// waits for its next one; at the same priority, the busy CPU decoders delay it. Measured on an
+// H200 with 16 cores, the decoders alone (tools/bench/decoders_side_by_side.sh, 720p H.264, 1
+// frame/s): 7 sessions decoded 55.6 clips/s alone and 45.2 beside 16 CPU decoders at the same
+// priority; with the CPU decoders at nice 10, 52.2, while the CPU decoders kept their 36.0 (36.4
+// alone), so both together from 81.0 to 88.2 clips/s. Nice 19 gave NVDEC no more (52.5) and
+// took from the CPU (34.1). Linux cannot
+// raise a thread's priority back without privilege, hence threads kept for this rather than
+// the graph's own threads lowered and raised per file. docs/benchmarks.md measures the whole
+// job.
 VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) const {
   const State& s = *state_;
   if (!s.nvdec) return decode_video(file, s.video_options);
+  const auto on_cpu_threads = [&](const VideoDecodeOptions& options) {
+    return s.cpu_decode_threads->run([&] { return decode_video(file, options); });
+  };
   NvdecPool::Lease lease =
       s.decoder == VideoDecoderKind::kNvdec ? s.nvdec->acquire() : s.nvdec->try_acquire();
   double seconds_left = s.video_options.timeout_s;  // of the file's time limit
@@ -122,7 +147,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
       return static_cast<bool>(lease);
     };
     try {
-      return decode_video(file, options);
+      return on_cpu_threads(options);
     } catch (const DecodeGivenUp& given_up) {
       seconds_left = given_up.seconds_left();
       stats_->video_nvdec_handovers.fetch_add(1, std::memory_order_relaxed);
@@ -157,7 +182,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
   stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);
   VideoDecodeOptions on_cpu = s.video_options;
   on_cpu.timeout_s = options.timeout_s;
-  return decode_video(file, on_cpu);
+  return on_cpu_threads(on_cpu);
 }
 
 int SamplePreparer::decode_threads_beside_the_cpu() const {
