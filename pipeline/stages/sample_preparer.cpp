@@ -120,10 +120,11 @@ void SamplePreparer::open_nvdec(const Config& config, State& state) {
 // frame/s): 7 sessions decoded 55.6 clips/s alone and 45.2 beside 16 CPU decoders at the same
 // priority; with the CPU decoders at nice 10, 52.2, while the CPU decoders kept their 36.0 (36.4
 // alone), so both together from 81.0 to 88.2 clips/s. Nice 19 gave NVDEC no more (52.5) and
-// took from the CPU (34.1). Linux cannot
-// raise a thread's priority back without privilege, hence threads kept for this rather than
-// the graph's own threads lowered and raised per file. docs/benchmarks.md measures the whole
-// job.
+// took from the CPU (34.1). In the whole job (800 clips, ResNet-50, 1 frame/s; on a faster
+// machine) NVDEC took 7% more of the clips, but clips/s moved only +0.9% over the whole process
+// and +1.8% on the run, inside the noise (docs/benchmarks.md, "CPU decoders at a lower
+// priority"). Linux cannot raise a thread's priority back without privilege, hence threads kept
+// for this rather than the graph's own threads lowered and raised per file.
 VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) const {
   const State& s = *state_;
   if (!s.nvdec) return decode_video(file, s.video_options);
