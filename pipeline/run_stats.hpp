@@ -46,6 +46,12 @@ struct RunStats {
   // Time batches spent cut and waiting for an encoder (queued at the encode node): large when
   // the encoders are the bound, near 0 when they wait for batches.
   std::array<std::atomic<int64_t>, kNumModalities> encode_wait_ns{};
+  // The graph's wall time, and the time video files spent in each kind of decoder, summed over
+  // the threads (a file handed over counts on both): how busy the decoders kept, the bound of a
+  // video job (Note [How busy the decoders were] in pipeline/runner.cpp).
+  std::atomic<int64_t> graph_ns{0};
+  std::atomic<int64_t> video_nvdec_ns{0};
+  std::atomic<int64_t> video_cpu_decode_ns{0};
 };
 
 // Adds the time from its construction to its destruction to `total` (nanoseconds).

@@ -467,6 +467,7 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
   const ProgressContext progress_context{Clock::now(), gpu_devices(calibrated.pools)};
   {
     ProgressReporter progress(stats, progress_context, config.run.progress_interval_s);
+    const StageTimer graph(stats.graph_ns);
     run_graph(input.samples, planned.plan.positions, prepare, router, encode, assembler, stats,
               sizing.settings);
     committer.finish();
@@ -479,6 +480,15 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
   return {committer.index(), host_budget.peak_bytes()};
 }
 
+// Note [How busy the decoders were]
+// A video job is bound by its decoders (docs/benchmarks.md, "Video on the GPU machine"), so the
+// summary says how busy they kept while the graph ran: the time files spent on NVDEC sessions
+// as a share of sessions x the graph's wall time, and the time in CPU video decodes divided by
+// it, the CPU decodes running at once on average (at most the decode threads). Sessions near
+// 100% and CPU decodes near the cores mean the decoders are the bound; lower figures mean the
+// rest of the graph (the encoders, the memory bounds, the writer) kept them waiting. The graph's
+// time leaves out what comes before it inside `seconds` (reading the input, opening the
+// sessions, calibrating the budget), which the difference of the two says.
 RunSummary summarise(const Config& config, const Input& input, const Calibrated& calibrated,
                      const Planned& planned, const Executed& executed, const RunStats& stats,
                      Clock::time_point run_started) {
@@ -500,6 +510,10 @@ RunSummary summarise(const Config& config, const Input& input, const Calibrated&
   summary.video_nvdec_fallbacks = stats.video_nvdec_fallbacks;
   summary.video_nvdec_handovers = stats.video_nvdec_handovers;
   summary.video_decoders = calibrated.preparer.video_decoders();
+  summary.nvdec_sessions = calibrated.preparer.nvdec_sessions();
+  summary.video_nvdec_seconds = static_cast<double>(stats.video_nvdec_ns) / 1e9;
+  summary.video_cpu_decode_seconds = static_cast<double>(stats.video_cpu_decode_ns) / 1e9;
+  summary.graph_seconds = static_cast<double>(stats.graph_ns) / 1e9;
   summary.peak_decoded_bytes = executed.peak_decoded_bytes;
   summary.shards = stats.shards_written;
   summary.bytes_written = stats.bytes_written;
@@ -734,6 +748,17 @@ std::string format_summary(const RunSummary& s) {
                            s.video_nvdec_fallbacks);
       }
     }
+  }
+  out += fmt::format("; graph ran {:.2f} s", s.graph_seconds);
+  if (s.video_clips > 0 && s.graph_seconds > 0) {
+    // Note [How busy the decoders were]
+    out += ":";
+    if (s.nvdec_sessions > 0) {
+      out += fmt::format(" NVDEC sessions busy {:.0f}% of it,",
+                         100.0 * s.video_nvdec_seconds / (s.nvdec_sessions * s.graph_seconds));
+    }
+    out += fmt::format(" CPU video decodes {:.1f} at a time on average",
+                       s.video_cpu_decode_seconds / s.graph_seconds);
   }
   if (s.oom_splits > 0) {
     out += fmt::format("; {} batch(es) split after running out of device memory", s.oom_splits);

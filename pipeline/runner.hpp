@@ -33,6 +33,11 @@ struct RunSummary {
   int64_t video_nvdec_fallbacks = 0;
   int64_t video_nvdec_handovers = 0;  // started on the CPU, restarted on a free session
   std::string video_decoders;  // "8 NVDEC session(s) on cuda:0 and CPU"; empty: the CPU alone
+  int nvdec_sessions = 0;      // of video_decoders
+  // Time video files spent on NVDEC sessions and in CPU decodes, summed over threads (Note [How
+  // busy the decoders were] in runner.cpp).
+  double video_nvdec_seconds = 0.0;
+  double video_cpu_decode_seconds = 0.0;
   int64_t oom_splits = 0;      // batches split after running out of device memory  // captions whose invalid UTF-8 was replaced (still embedded)
   std::array<int64_t, kNumModalities> embedded{};
   std::map<std::string, int64_t> failures_by_category;
@@ -43,6 +48,7 @@ struct RunSummary {
   std::vector<DeviceMemoryPeak> device_memory;  // per CUDA device used
   double seconds = 0.0;        // from reading the input to the last commit, encoder loading aside
   double load_seconds = 0.0;   // loading and warming up the encoders
+  double graph_seconds = 0.0;  // of `seconds`, the graph's: decoding to the last commit
   std::map<std::string, double> busy_seconds;  // working time of the serial and encode stages
   std::filesystem::path output;
 

@@ -127,8 +127,12 @@ void SamplePreparer::open_nvdec(const Config& config, State& state) {
 // for this rather than the graph's own threads lowered and raised per file.
 VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) const {
   const State& s = *state_;
-  if (!s.nvdec) return decode_video(file, s.video_options);
+  if (!s.nvdec) {
+    const StageTimer on_cpu(stats_->video_cpu_decode_ns);
+    return decode_video(file, s.video_options);
+  }
   const auto on_cpu_threads = [&](const VideoDecodeOptions& options) {
+    const StageTimer on_cpu(stats_->video_cpu_decode_ns);
     return s.cpu_decode_threads->run([&] { return decode_video(file, options); });
   };
   NvdecPool::Lease lease =
@@ -161,6 +165,7 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
   options.nvdec = lease.session();
   options.timeout_s = std::max(1e-3, seconds_left);  // a file handed over keeps what is left
   try {
+    const StageTimer on_nvdec(stats_->video_nvdec_ns);
     const auto started = std::chrono::steady_clock::now();
     VideoFrames frames = decode_video(file, options);
     // Frames, but none from NVDEC: FFmpeg could not set the engine up for this stream and the
@@ -184,6 +189,11 @@ VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) c
   VideoDecodeOptions on_cpu = s.video_options;
   on_cpu.timeout_s = options.timeout_s;
   return on_cpu_threads(on_cpu);
+}
+
+int SamplePreparer::nvdec_sessions() const {
+  const State& s = *state_;
+  return s.video && s.nvdec ? s.nvdec->size() : 0;
 }
 
 int SamplePreparer::decode_threads_beside_the_cpu() const {

@@ -30,6 +30,8 @@ class SamplePreparer {
   // Decode threads to add to one per core so that the CPU decoders stay as many while some
   // threads wait on NVDEC: the sessions, under video.decoder: auto; else 0.
   int decode_threads_beside_the_cpu() const;
+  // The NVDEC sessions video decodes on (every GPU's); 0 when only the CPU decodes.
+  int nvdec_sessions() const;
 
  private:
   struct State;

@@ -84,6 +84,12 @@ def test_mixed_dataset_every_id_once_with_right_failures(binary, probes, minilm_
                          result.stderr)
     assert decoding, result.stderr[-2000:]
     assert int(decoding.group(1)) >= int(decoding.group(2)) > 0
+    # How busy the CPU decoders kept (the config's 2 decode threads at most) while the graph ran.
+    busy = re.search(r"graph ran ([\d.]+) s: CPU video decodes ([\d.]+) at a time on average",
+                     result.stderr)
+    assert busy, result.stderr[-2000:]
+    assert float(busy.group(1)) > 0
+    assert 0 < float(busy.group(2)) <= 2.05
     output = read_output(out)
     failures = failures_by_id(output)
 

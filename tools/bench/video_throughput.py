@@ -38,6 +38,10 @@ DECODED = re.compile(r"video decoding: (\d+) frames decoded for (\d+) kept \(([\
 ON_NVDEC = re.compile(r"(\d+) clip\(s\) on NVDEC")
 HANDED_OVER = re.compile(r"(\d+) of them started on the CPU and handed over")
 DECODERS = re.compile(r"decoders: (.*?), \d+ clip\(s\) on NVDEC")
+# How busy the decoders kept while the graph ran (Note [How busy the decoders were]).
+GRAPH = re.compile(r"graph ran ([\d.]+) s")
+NVDEC_BUSY = re.compile(r"NVDEC sessions busy (\d+)% of it")
+CPU_DECODES = re.compile(r"CPU video decodes ([\d.]+) at a time on average")
 
 
 def export_model() -> Path:
@@ -96,6 +100,8 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     g = ON_NVDEC.search(line)
     h = HANDED_OVER.search(line)
     decoders = DECODERS.search(line)
+    graph, nvdec_busy = GRAPH.search(line), NVDEC_BUSY.search(line)
+    cpu_decodes = CPU_DECODES.search(line)
     got_timeline = {}
     if log_level in ("debug", "trace"):
         # The start-up and exit lines' seconds from the process's start (text_scale.timeline).
@@ -108,6 +114,9 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
             "handed_over": int(h.group(1)) if h else 0, "summary": line.strip(),
             "decoders": decoders.group(1) if decoders else None,
             "busy": busy_seconds(line),
+            "graph_s": float(graph.group(1)) if graph else None,
+            "nvdec_busy_pct": int(nvdec_busy.group(1)) if nvdec_busy else None,
+            "cpu_decodes_at_once": float(cpu_decodes.group(1)) if cpu_decodes else None,
             # CPU seconds of the process (user + system): what a clip costs the cores.
             "cpu_s": cpu_s}
 
@@ -230,7 +239,9 @@ def main() -> int:
         print(json.dumps({k: v for k, v in row.items() if k != "each"} |
                          {"extra": {k: runs[-1].get(k) for k in ("decoded_per_clip", "on_nvdec",
                                                                   "handed_over", "decoders",
-                                                                  "frames")}}),
+                                                                  "frames", "graph_s",
+                                                                  "nvdec_busy_pct",
+                                                                  "cpu_decodes_at_once")}}),
               flush=True)
 
     for sampling in args.samplings.split(","):
