@@ -65,7 +65,8 @@ def clip_list(clips: Path, copies: int) -> list:
 
 def run_precompute(binary: Path, model: Path, files: list, sampling: str, decoder: str,
                    sessions: int, devices: list, tag: str, video_extra: dict,
-                   log_level: str = "info", decode_threads: int = 0) -> dict:
+                   log_level: str = "info", decode_threads: int = 0,
+                   max_in_flight: int = 0) -> dict:
     manifest = WORK / "manifest.jsonl"
     manifest.write_text("".join(json.dumps({"id": f"c{i:06d}", "video": str(f)}) + "\n"
                                 for i, f in enumerate(files)))
@@ -73,7 +74,8 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
     config = {
         "input": {"manifest": str(manifest)},
         "output": {"path": str(out), "overwrite": True},
-        "run": {"device": devices, "decode_threads": decode_threads},
+        "run": {"device": devices, "decode_threads": decode_threads,
+                "max_in_flight": max_in_flight},
         "video": {"encoder": {"path": str(model)}, "dtype": "float16", "size": 224,
                   "sampling": {"fps": 1} if sampling == "fps1" else {"num_frames": 4},
                   "pooling": "mean", "decoder": decoder, "nvdec_sessions": sessions,
@@ -198,7 +200,8 @@ def main() -> int:
     ap.add_argument("--modes", default="auto,nvdec,cpu",
                     help="video.decoder values; MODE@N also sets video.nvdec_sessions to N "
                          "(e.g. 'auto,auto@4': the default against 4 sessions, run by run), "
-                         "MODE#T run.decode_threads to T (e.g. 'auto,auto#19', 'auto@4#12')")
+                         "MODE#T run.decode_threads to T (e.g. 'auto,auto#19', 'auto@4#12'), "
+                         "MODE%%F run.max_in_flight to F (e.g. 'auto,auto%%1000')")
     ap.add_argument("--sessions", type=int, default=0,
                     help="video.nvdec_sessions where a mode gives none (0: one per engine)")
     ap.add_argument("--devices", default="cuda:0",
@@ -258,22 +261,26 @@ def main() -> int:
         # of the machine during the call weighs on all of them alike.
         cases = []
         for spec in args.modes.split(","):
+            spec, _, in_flight = spec.partition("%")
             spec, _, threads = spec.partition("#")
             mode, _, given = spec.partition("@")
             sessions = int(given) if given else args.sessions
             decode_threads = int(threads) if threads else 0
+            max_in_flight = int(in_flight) if in_flight else 0
             for devices in device_sets:
                 for b, binary in enumerate(args.binary):
                     # build-gpu-baseline/tools/cli/precompute -> "build-gpu-baseline"
                     build = f" [{binary.resolve().parents[2].name}]" if len(args.binary) > 1 else ""
                     label = (f"precompute {mode}" + (f", {sessions} sessions" if given else "") +
                              (f", {decode_threads} decode threads" if threads else "") +
+                             (f", {max_in_flight} in flight" if in_flight else "") +
                              f" ({','.join(devices)}){build}")
                     cases.append({"label": label, "mode": mode, "sessions": sessions,
                                   "devices": devices, "n": 1 if mode in one_run else args.runs,
                                   "decode_threads": decode_threads,
+                                  "max_in_flight": max_in_flight,
                                   "binary": binary, "runs": [], "error": None,
-                                  "tag": f"{mode}{given}t{threads}-{sampling}-{len(devices)}gpu-b{b}"})
+                                  "tag": f"{mode}{given}t{threads}f{in_flight}-{sampling}-{len(devices)}gpu-b{b}"})
         for k in range(max(c["n"] for c in cases)):
             for c in cases:
                 if k >= c["n"] or c["error"]:
@@ -283,7 +290,8 @@ def main() -> int:
                                                     c["mode"], c["sessions"], c["devices"],
                                                     f"{c['tag']}-{k}",
                                                     json.loads(args.video_json),
-                                                    args.log_level, c["decode_threads"]))
+                                                    args.log_level, c["decode_threads"],
+                                                    c["max_in_flight"]))
                 except Exception as e:
                     c["error"] = str(e)[-1500:]
         for c in cases:
