@@ -197,8 +197,7 @@ int SamplePreparer::nvdec_sessions() const {
 }
 
 int SamplePreparer::decode_threads_beside_the_cpu() const {
-  const State& s = *state_;
-  return s.video && s.nvdec && s.decoder == VideoDecoderKind::kAuto ? s.nvdec->size() : 0;
+  return state_->decoder == VideoDecoderKind::kAuto ? nvdec_sessions() : 0;
 }
 
 std::string SamplePreparer::video_decoders() const {
