@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Whether the NVDEC path is bound by the engines themselves or by the sessions' threads around
+# them: the NVDEC decoders alone (build-gpu/tools/bench/decode_bench: no graph, no encoder, no
+# CPU decoders) with more sessions than engines, while nvidia-smi samples the GPU's decoder
+# utilisation (utilization.decoder: the share of the last sample period in which the engines
+# decoded). Engines near 100% mean more sessions cannot help; engines well below it with the
+# sessions' threads always in FFmpeg's calls mean the time goes around the engines.
+#   bash tools/bench/nvdec_engines.sh [CLIP_DIR]
+# SESSION_COUNTS (default "7 14 21"), SAMPLINGS (default "fps1 nf4"; "all": every frame decoded,
+# decode_bench --mode plain), REPEAT (default 40: the clips listed that many times). One JSON
+# line a case: decode_bench's line with the sampling and the utilisation samples' mean, median,
+# max and count added.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+bench=build-gpu/tools/bench/decode_bench
+clips=("${1:-bench-data/h264_720p}"/*.mp4)
+samples=/tmp/nvdec-engines-util.csv
+status=0
+for sampling in ${SAMPLINGS:-fps1 nf4}; do
+  case $sampling in
+    fps1) sampling_args=(--fps 1) ;;
+    nf4) sampling_args=(--num-frames 4) ;;
+    all) sampling_args=(--mode plain --num-frames 4) ;;  # every frame, no seeking or dropping
+    *) echo "nvdec_engines: sampling $sampling is fps1, nf4 or all" >&2; exit 2 ;;
+  esac
+  for sessions in ${SESSION_COUNTS:-7 14 21}; do
+    nvidia-smi --query-gpu=utilization.decoder --format=csv,noheader,nounits -lms 100 \
+      > "$samples" 2>/dev/null &
+    sampler=$!
+    line=$(timeout 300 "$bench" --decoder nvdec --threads "$sessions" "${sampling_args[@]}" \
+      --repeat "${REPEAT:-40}" "${clips[@]}" 2>/dev/null) || status=1
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    SAMPLING=$sampling LINE=$line python3 - "$samples" <<'PY'
+import json, os, statistics, sys
+values = []
+for row in open(sys.argv[1]):
+    row = row.strip()
+    if row.isdigit():
+        values.append(int(row))
+# The sampler starts before the sessions open and stops after they close: the samples of the
+# open and the close read 0, so the figures are over the samples taken while engines decoded.
+busy = [v for v in values if v > 0]
+try:
+    line = json.loads(os.environ["LINE"])
+except ValueError:
+    line = {"error": "decode_bench printed no result"}
+line["sampling"] = os.environ["SAMPLING"]
+line["decoder_util_pct"] = {
+    "mean": round(statistics.mean(busy), 1) if busy else None,
+    "median": statistics.median(busy) if busy else None,
+    "max": max(busy) if busy else None,
+    "samples": len(busy),
+    "samples_at_0": len(values) - len(busy),
+}
+print(json.dumps(line))
+PY
+  done
+done
+exit $status
