@@ -11,7 +11,7 @@ apt_packages=(
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev
   libhdf5-dev libtbb-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libutf8proc-dev
-  libffmpeg-nvenc-dev  # NVDEC engine count (Note [A session per engine]), CUDA builds only
+  libffmpeg-nvenc-dev  # NVDEC engine count (Note [Two sessions per engine]), CUDA builds only
   ffmpeg espeak-ng hdf5-tools
   clang-14 libclang-rt-14-dev llvm-14  # tools/test_sanitized.sh: ASan, UBSan, libFuzzer, symbolizer
   slurmctld slurmd slurm-client munge  # tests/python/test_slurm.py: a one-host SLURM cluster

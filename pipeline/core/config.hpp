@@ -215,8 +215,8 @@ struct EncoderSection {
       Spec().in_record())                                                                       \
   KEY(VideoDecoderKind, decoder, VideoDecoderKind::kAuto, "auto, cpu or nvdec",                 \
       Spec().in_record())                                                                       \
-  KEY(int, nvdec_sessions, 0, "NVDEC sessions per GPU of video.device (0: one per engine)",     \
-      Spec().range(count(0, 64).noted("per GPU; 0: one per NVDEC engine")).in_record())
+  KEY(int, nvdec_sessions, 0, "NVDEC sessions per GPU of video.device (0: two per engine)",     \
+      Spec().range(count(0, 64).noted("per GPU; 0: two per NVDEC engine")).in_record())
 
 struct VideoSection : EncoderSection {
   PRECOMPUTE_VIDEO_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)

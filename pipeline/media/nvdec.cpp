@@ -41,7 +41,7 @@ extern "C" {
 // capabilities (codec, profile, bit depth, chroma format, size) when it sets the hwaccel up, and
 // when they fall short it offers the software formats again, which is how a file NVDEC cannot
 // take falls back to the CPU (video_decoder.cpp). What a session keeps across files is its CUDA
-// context (Note [One CUDA context per session]), the stream, the buffers and, for H.264 and
+// context (Note [One CUDA context for a GPU's sessions]), the stream, the buffers and, for H.264 and
 // HEVC, the FFmpeg decoder with its NVDEC decoder (Note [Keeping NVDEC decoders across files] in
 // kept_decoder.cpp). docs/benchmarks.md measures what this path reaches against
 // NVIDIA's own PyNvVideoCodec.
@@ -105,31 +105,42 @@ class ContextScope {
 
 }  // namespace
 
-// Note [One CUDA context per session]
-// Each session has a CUDA context of its own, made by FFmpeg, not the device's primary one that
-// LibTorch computes in: a CUDA error while decoding a broken file is then the session's and
-// cannot leave LibTorch's context unusable for the encoders, and FFmpeg's context flags need not
-// match LibTorch's (FFmpeg refuses a primary context started with other flags). It is not for
-// speed: on an H200 with ResNet-50 running, 4 sessions decoded 3.3 clips/s in their own contexts
-// and 3.1 in the primary one (docs/benchmarks.md, "NVDEC"). The cost is each context's memory
-// and its start-up, once per session. The kernel, its stream and buffers live in the session's
-// context too; only host memory crosses.
+// Note [One CUDA context for a GPU's sessions]
+// A GPU's sessions share one CUDA context, made by FFmpeg for them, and not the device's
+// primary one that LibTorch computes in: a CUDA error while decoding a broken file is then the
+// sessions' and cannot leave LibTorch's context unusable for the encoders, and FFmpeg's context
+// flags need not match LibTorch's (FFmpeg refuses a primary context started with other flags).
+// Each session has a stream of its own in it, and a device of FFmpeg's own around it (FFmpeg
+// takes the stream from the device). Until 2026-12-03 each session made a context of its own:
+// the driver makes contexts one at a time, about 0.12 s each on an H200 (7 sessions: 0.86 s of
+// a run's start-up, docs/benchmarks.md, "The profile"), and destroys them so at the end, which
+// made more sessions than engines cost more in start-up than the engines gave (14 sessions:
+// graph 9% shorter, run no faster, whole process 4% and 12% slower). The cost of sharing: an
+// error that spoils the context (a fault in the conversion kernel, not a broken bitstream,
+// whose errors NVDEC returns per picture) now stops all of the GPU's sessions rather than one;
+// their files fall back to the CPU as any NVDEC error does, so nothing is lost but speed. The
+// kernel, the streams and the buffers live in the shared context; only host memory crosses.
 
 bool nvdec_built() { return true; }
 
-// Note [A session per engine]
-// A session decodes one file at a time, so a GPU's engines are all busy only with a session per
-// engine at least; more sessions than engines take turns on them and cost a CUDA context each.
-// The count differs by GPU (7 on an H100 or H200, 5 on an A100, 4 on an L4), and the driver
-// reports it (CUVIDDECODECAPS::nNumNVDECs, asked for 8-bit 4:2:0 H.264), so
-// video.nvdec_sessions: 0, the default, opens that many on each GPU. On an H200, 7 sessions
-// decoded 65.6 clips/s against 49.2 with 4 (720p H.264, 4 frames a clip, the decoders alone),
-// and took a whole job of 800 clips from 56.1 to 60.4 clips/s at 1 frame/s beside the CPU
-// decoders (docs/benchmarks.md, "Video on the GPU machine"). A driver that does not say (older
-// than the Video Codec SDK 11.1 API, which added the field) gets 4, as before. The question
-// needs a CUDA context: the device's primary one, which LibTorch has usually started by then
-// (Note [Started beside the input's read] in encoders/early_start.cpp), made current on a
-// thread of its own so that the caller's current device is untouched.
+// Note [Two sessions per engine]
+// A session decodes one file at a time, and between the pictures it hands the engines its
+// thread parses the packets, maps each picture and converts it, so a GPU's engines are all busy
+// only with more sessions than engines. The engine count differs by GPU (7 on an H100 or H200,
+// 5 on an A100, 4 on an L4), and the driver reports it (CUVIDDECODECAPS::nNumNVDECs, asked for
+// 8-bit 4:2:0 H.264), so video.nvdec_sessions: 0, the default, opens two per engine on each
+// GPU. On an H200 (720p H.264, the decoders alone, nvidia-smi's decoder utilisation beside
+// them; docs/benchmarks.md, "The engines' own bound"): 7 sessions kept the engines 81-87% busy
+// and decoded 56.2 clips/s at 1 frame/s and 88.6 at 4 frames; 14 kept them at 100% (median)
+// and decoded 61.3 and 97.6; 21 no more (61.4, 97.0). A session costs a stream and a kept
+// NVDEC decoder in the GPU's one context (Note [One CUDA context for a GPU's sessions]); when
+// each cost a context of its own, 14 sessions lost in start-up what the engines gave. (Until
+// 2026-12-03 the default was one per engine: 7 sessions had taken a job of 800 clips from
+// 56.1 to 60.4 clips/s against 4.) A driver that does not say (older than the Video Codec SDK
+// 11.1 API, which added the field) gets 4, as before. The question needs a CUDA context: the
+// device's primary one, which LibTorch has usually started by then (Note [Started beside the
+// input's read] in encoders/early_start.cpp), made current on a thread of its own so that the
+// caller's current device is untouched.
 std::optional<int> nvdec_engine_count(int device, std::string* why_not) {
 #if PRECOMPUTE_WITH_NVDEC_CAPS
   std::string reason;
@@ -177,30 +188,71 @@ std::optional<int> nvdec_engine_count(int device, std::string* why_not) {
 #endif
 }
 
-NvdecSession::NvdecSession(int device, bool keep_decoders) : device_(device) {
-  const int made = av_hwdevice_ctx_create(&hw_device_, AV_HWDEVICE_TYPE_CUDA,
-                                          std::to_string(device).c_str(), nullptr, 0);
-  if (made < 0) {
-    char text[AV_ERROR_MAX_STRING_SIZE] = {};
-    av_strerror(made, text, sizeof(text));
-    throw std::runtime_error(
-        fmt::format("cannot open FFmpeg's CUDA device on cuda:{} (av_hwdevice_ctx_create): {}",
-                    device, text));
-  }
-  auto* device_context = reinterpret_cast<AVHWDeviceContext*>(hw_device_->data);
-  auto* cuda = static_cast<AVCUDADeviceContext*>(device_context->hwctx);
-  cuda_.context = cuda->cuda_ctx;
-  ContextScope scope(static_cast<CUcontext>(cuda_.context));
-  cudaStream_t stream = nullptr;
-  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda_.stream = stream;
-  // NVDEC maps each picture on this stream (FFmpeg reads it when it makes a decoder, per file),
-  // and the kernel runs on it after the map: ordered without any other synchronisation.
-  cuda->stream = stream;
-  if (keep_decoders) kept_ = std::make_unique<KeptDecoder>(hw_device_);
+namespace {
+
+std::string ffmpeg_error_text(int error) {
+  char text[AV_ERROR_MAX_STRING_SIZE] = {};
+  av_strerror(error, text, sizeof(text));
+  return text;
 }
 
-NvdecSession::~NvdecSession() {
+AVCUDADeviceContext* cuda_device_of(AVBufferRef* device) {
+  return static_cast<AVCUDADeviceContext*>(reinterpret_cast<AVHWDeviceContext*>(device->data)->hwctx);
+}
+
+}  // namespace
+
+AVBufferRef* open_nvdec_context(int device) {
+  AVBufferRef* made = nullptr;
+  const int error = av_hwdevice_ctx_create(&made, AV_HWDEVICE_TYPE_CUDA,
+                                           std::to_string(device).c_str(), nullptr, 0);
+  if (error < 0) {
+    throw std::runtime_error(
+        fmt::format("cannot open FFmpeg's CUDA device on cuda:{} (av_hwdevice_ctx_create): {}",
+                    device, ffmpeg_error_text(error)));
+  }
+  return made;
+}
+
+NvdecSession::NvdecSession(int device, bool keep_decoders, AVBufferRef* shared_context)
+    : device_(device) {
+  try {
+    if (shared_context == nullptr) {
+      hw_device_ = open_nvdec_context(device);
+    } else {
+      // A device of FFmpeg's own around the shared context: FFmpeg reads the stream from the
+      // device when it makes a decoder, so each session needs one, and a device FFmpeg did not
+      // make the context for leaves the context alone when it goes (the shared ref owns it).
+      shared_context_ = av_buffer_ref(shared_context);
+      hw_device_ = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+      if (shared_context_ == nullptr || hw_device_ == nullptr) throw std::bad_alloc();
+      cuda_device_of(hw_device_)->cuda_ctx = cuda_device_of(shared_context_)->cuda_ctx;
+      const int error = av_hwdevice_ctx_init(hw_device_);
+      if (error < 0) {
+        throw std::runtime_error(fmt::format(
+            "cannot set FFmpeg's CUDA device up on cuda:{} (av_hwdevice_ctx_init): {}", device,
+            ffmpeg_error_text(error)));
+      }
+    }
+    AVCUDADeviceContext* cuda = cuda_device_of(hw_device_);
+    cuda_.context = cuda->cuda_ctx;
+    ContextScope scope(static_cast<CUcontext>(cuda_.context));
+    cudaStream_t stream = nullptr;
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_.stream = stream;
+    // NVDEC maps each picture on this stream (FFmpeg reads it when it makes a decoder, per
+    // file), and the kernel runs on it after the map: ordered without any other synchronisation.
+    cuda->stream = stream;
+    if (keep_decoders) kept_ = std::make_unique<KeptDecoder>(hw_device_);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+NvdecSession::~NvdecSession() { release(); }
+
+void NvdecSession::release() noexcept {
   kept_.reset();  // its NVDEC decoder lives in the session's context
   if (cuda_.context != nullptr) {
     try {
@@ -211,8 +263,12 @@ NvdecSession::~NvdecSession() {
     } catch (const std::exception&) {
       // The context is going away with everything in it.
     }
+    cuda_ = Cuda{};
   }
-  av_buffer_unref(&hw_device_);  // destroys the context FFmpeg made
+  // FFmpeg's device; it destroys the context only where it made it (no shared context).
+  av_buffer_unref(&hw_device_);
+  // The shared context goes with the last session that holds it.
+  av_buffer_unref(&shared_context_);
 }
 
 void NvdecSession::to_rgb(const GpuRgbParams& params, uint8_t* out) {
@@ -247,13 +303,26 @@ std::optional<int> nvdec_engine_count(int /*device*/, std::string* why_not) {
   return std::nullopt;
 }
 
-NvdecSession::NvdecSession(int device, bool /*keep_decoders*/) : device_(device) {
+namespace {
+
+[[noreturn]] void no_nvdec_in_this_build() {
   throw std::runtime_error(
       "this build of precompute has no CUDA, so no NVDEC: build it with the CUDA toolkit, or "
       "set video.decoder: cpu");
 }
 
+}  // namespace
+
+AVBufferRef* open_nvdec_context(int /*device*/) { no_nvdec_in_this_build(); }
+
+NvdecSession::NvdecSession(int device, bool /*keep_decoders*/, AVBufferRef* /*shared_context*/)
+    : device_(device) {
+  no_nvdec_in_this_build();
+}
+
 NvdecSession::~NvdecSession() = default;  // kept_ is never made
+
+void NvdecSession::release() noexcept {}
 
 void NvdecSession::to_rgb(const GpuRgbParams&, uint8_t*) {
   throw std::logic_error("NvdecSession::to_rgb in a build without CUDA");
@@ -262,22 +331,24 @@ void NvdecSession::to_rgb(const GpuRgbParams&, uint8_t*) {
 #endif
 
 // Note [Opening and closing sessions side by side]
-// A session's CUDA context, and at the end its kept NVDEC decoder, take a while to make and to
-// destroy, mostly waiting on the driver: one after the other, 7 sessions added about 1.4 s to
-// a run on an H200 (the whole process against the run's own clock, docs/benchmarks.md, "NVDEC
-// beside the CPU decoders"). So the pool opens them on a thread each, and closes them so too.
-// The first error, in session order, is the one reported.
+// A CUDA context, and at the end a session's kept NVDEC decoder, take a while to make and to
+// destroy, mostly waiting on the driver: one after the other, 7 sessions in contexts of their
+// own added about 1.4 s to a run on an H200 (the whole process against the run's own clock,
+// docs/benchmarks.md, "NVDEC beside the CPU decoders"). So the pool opens each GPU's context on
+// a thread of its own, then each session, and closes the sessions so too. The first error, in
+// GPU order for the contexts and in session order for the sessions, is the one reported.
 NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
     : devices_(devices) {
-  // Each GPU's count: the one given, or its engines' (Note [A session per engine]).
+  // Each GPU's count: the one given, or two per engine (Note [Two sessions per engine]).
   constexpr int kWithoutEngineCount = 4;
+  constexpr int kSessionsPerEngine = 2;
   std::vector<int> per_device(devices.size(), std::max(0, sessions_per_device));
   if (sessions_per_device == 0) {
-    sizing_ = "one per engine";
+    sizing_ = "two per engine";
     for (size_t d = 0; d < devices.size(); ++d) {
       std::string why_not;
       const auto engines = nvdec_engine_count(devices[d], &why_not);
-      per_device[d] = engines ? *engines : kWithoutEngineCount;
+      per_device[d] = engines ? kSessionsPerEngine * *engines : kWithoutEngineCount;
       if (!engines) {
         sizing_ = fmt::format("{} a GPU: the engine count could not be had", kWithoutEngineCount);
         spdlog::info("NVDEC on cuda:{}: {}; opening {} sessions", devices[d], why_not,
@@ -295,6 +366,35 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
     }
     if (slots.size() == before) break;
   }
+  // A context per GPU first (Note [One CUDA context for a GPU's sessions]), then the sessions
+  // in them; each is opened on a thread of its own.
+  std::vector<AVBufferRef*> contexts(devices.size(), nullptr);
+  std::vector<std::string> context_errors(devices.size());
+  {
+    std::vector<std::thread> openers;
+    openers.reserve(devices.size());
+    for (size_t d = 0; d < devices.size(); ++d) {
+      if (per_device[d] == 0) continue;
+      openers.emplace_back([&, d] {
+        try {
+          contexts[d] = open_nvdec_context(devices[d]);
+        } catch (const std::exception& e) {
+          context_errors[d] = fmt::format("NVDEC on cuda:{} ({} session(s)): {}", devices[d],
+                                          per_device[d], e.what());
+        }
+      });
+    }
+    for (auto& opener : openers) opener.join();
+  }
+  const auto unref_contexts = [&] {
+    for (AVBufferRef*& context : contexts) av_buffer_unref(&context);
+  };
+  for (const auto& error : context_errors) {
+    if (!error.empty()) {
+      unref_contexts();
+      throw std::runtime_error(error);
+    }
+  }
   const size_t count = slots.size();
   sessions_.resize(count);
   std::vector<std::string> errors(count);
@@ -306,7 +406,7 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
         const auto [d, number] = slots[k];
         const int device = devices[d];
         try {
-          sessions_[k] = std::make_unique<NvdecSession>(device);
+          sessions_[k] = std::make_unique<NvdecSession>(device, true, contexts[d]);
         } catch (const std::exception& e) {
           errors[k] = fmt::format("NVDEC session {} of {} on cuda:{}: {}", number + 1,
                                   per_device[d], device, e.what());
@@ -315,6 +415,8 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
     }
     for (auto& opener : openers) opener.join();
   }
+  // The sessions hold the contexts now; each goes with its GPU's last session.
+  unref_contexts();
   for (const auto& error : errors) {
     if (!error.empty()) {
       close_all();

@@ -1,9 +1,10 @@
 #pragma once
 // NVDEC sessions: the GPU's video decode engines, driven through FFmpeg's CUDA hwaccel (Note
 // [NVDEC through FFmpeg] in nvdec.cpp). A session is what one decoding thread needs to decode a
-// file on a GPU: FFmpeg's CUDA device (a CUDA context of its own, made once per session and not
-// per file), a CUDA stream, and the buffers that carry a converted frame back. A pool holds a fixed number of sessions per GPU, made at
-// start-up and reused for every file; a thread leases one for one file.
+// file on a GPU: FFmpeg's CUDA device (in a CUDA context the GPU's sessions share, made once,
+// not per session or per file), a CUDA stream, and the buffers that carry a converted frame
+// back. A pool holds a fixed number of sessions per GPU, made at start-up and reused for every
+// file; a thread leases one for one file.
 //
 // Builds without CUDA have the pool type but cannot open one (nvdec_built() is false).
 
@@ -29,18 +30,27 @@ class KeptDecoder;
 bool nvdec_built();
 
 // The NVDEC engines of GPU `device` (a CUDA ordinal), as its driver reports them for 8-bit 4:2:0
-// H.264 (Note [A session per engine] in nvdec.cpp); nullopt, with the reason in `why_not`, when
+// H.264 (Note [Two sessions per engine] in nvdec.cpp); nullopt, with the reason in `why_not`, when
 // it cannot be asked (a driver too old to say, no libnvcuvid, a build without CUDA or without
 // the Video Codec SDK's headers).
 std::optional<int> nvdec_engine_count(int device, std::string* why_not);
 
+// FFmpeg's CUDA device on GPU `device` (a CUDA ordinal) in a CUDA context of its own, not the
+// device's primary one (Note [One CUDA context for a GPU's sessions] in nvdec.cpp): what
+// sessions share. The caller owns the reference (av_buffer_unref). Throws std::runtime_error
+// with FFmpeg's reason.
+AVBufferRef* open_nvdec_context(int device);
+
 class NvdecSession {
  public:
-  // Opens FFmpeg's CUDA device on GPU `device` (a context of its own) with a stream.
-  // `keep_decoders`: H.264 and HEVC files share one decoder kept open (Note [Keeping NVDEC
-  // decoders across files] in kept_decoder.cpp); false makes a decoder per file, for measuring.
-  // Throws std::runtime_error with FFmpeg's or CUDA's reason.
-  explicit NvdecSession(int device, bool keep_decoders = true);
+  // A session on GPU `device` with a stream of its own, in `shared_context` (from
+  // open_nvdec_context; the session holds a reference, so the context lives as long as its
+  // last session), or in a context of its own when that is null. `keep_decoders`: H.264 and
+  // HEVC files share one decoder kept open (Note [Keeping NVDEC decoders across files] in
+  // kept_decoder.cpp); false makes a decoder per file, for measuring. Throws std::runtime_error
+  // with FFmpeg's or CUDA's reason.
+  explicit NvdecSession(int device, bool keep_decoders = true,
+                        AVBufferRef* shared_context = nullptr);
   ~NvdecSession();
   NvdecSession(const NvdecSession&) = delete;
   NvdecSession& operator=(const NvdecSession&) = delete;
@@ -48,6 +58,9 @@ class NvdecSession {
   int device() const { return device_; }
   // FFmpeg's device context, for AVCodecContext::hw_device_ctx (the codec takes its own ref).
   AVBufferRef* hw_device() const { return hw_device_; }
+  // The CUcontext the session decodes in (its GPU's sessions share it) and its cudaStream_t.
+  const void* cuda_context() const { return cuda_.context; }
+  const void* cuda_stream() const { return cuda_.stream; }
   // The decoder kept across files, or null when the session makes one per file.
   KeptDecoder* kept_decoder() const { return kept_.get(); }
 
@@ -57,12 +70,15 @@ class NvdecSession {
   void to_rgb(const GpuRgbParams& params, uint8_t* out);
 
  private:
+  void release() noexcept;  // everything the session made, in order; the destructor's work
+
   int device_;
   AVBufferRef* hw_device_ = nullptr;
+  AVBufferRef* shared_context_ = nullptr;  // a reference to the context's owner, or null
   std::unique_ptr<KeptDecoder> kept_;
   // The CUDA objects (none in builds without CUDA).
   struct Cuda {
-    void* context = nullptr;  // CUcontext, FFmpeg's (Note [One CUDA context per session])
+    void* context = nullptr;  // CUcontext (Note [One CUDA context for a GPU's sessions])
     void* stream = nullptr;   // cudaStream_t
     uint8_t* device_rgb = nullptr;
     uint8_t* host_rgb = nullptr;  // pinned
@@ -72,7 +88,7 @@ class NvdecSession {
 
 class NvdecPool {
  public:
-  // `sessions_per_device` sessions on each GPU of `devices` (CUDA ordinals); 0: one per NVDEC
+  // `sessions_per_device` sessions on each GPU of `devices` (CUDA ordinals); 0: two per NVDEC
   // engine of each GPU (nvdec_engine_count), 4 where that cannot be had. Throws
   // std::runtime_error naming the GPU when a session cannot be opened.
   NvdecPool(const std::vector<int>& devices, int sessions_per_device);
@@ -107,7 +123,7 @@ class NvdecPool {
   bool any_free() const { return free_count_.load(std::memory_order_relaxed) > 0; }
 
   int size() const { return static_cast<int>(sessions_.size()); }
-  // "14 NVDEC session(s) on cuda:0, cuda:1 (one per engine)"
+  // "28 NVDEC session(s) on cuda:0, cuda:1 (two per engine)"
   std::string describe() const;
 
  private:

@@ -18,6 +18,8 @@
 #include <torch/cuda.h>
 #include <torch/script.h>
 
+#include <cuda.h>
+#include <cuda_runtime.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -31,6 +33,7 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -551,8 +554,24 @@ TEST(EmbeddingOutputGpuTest, PoolsAsTheCpuDoesWithTwoCallsAtOnceOnTheirOwnStream
 }
 
 // ------------------------------------------------------------------------------------------------
-// NVDEC sessions, one per engine by default (Note [A session per engine] in
-// pipeline/media/nvdec.cpp)
+// NVDEC sessions, two per engine by default (Note [Two sessions per engine] in
+// pipeline/media/nvdec.cpp), all of a GPU's in one CUDA context (Note [One CUDA context for a
+// GPU's sessions] there)
+
+// The CUDA context current on this thread (the driver's cuCtxGetCurrent, found through the
+// runtime so that the test binary does not link libcuda, which machines without a GPU lack).
+const void* current_cuda_context() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      fn == nullptr || found != cudaDriverEntryPointSuccess) {
+    return nullptr;
+  }
+  CUcontext context = nullptr;
+  if (reinterpret_cast<CUresult (*)(CUcontext*)>(fn)(&context) != CUDA_SUCCESS) return nullptr;
+  return context;
+}
 
 #define NEED_NVDEC()                                                                        \
   do {                                                                                      \
@@ -563,7 +582,7 @@ TEST(EmbeddingOutputGpuTest, PoolsAsTheCpuDoesWithTwoCallsAtOnceOnTheirOwnStream
     }                                                                                       \
   } while (0)
 
-TEST(NvdecPoolGpuTest, ZeroSessionsOpensOnePerEngineAndACountOpensThatMany) {
+TEST(NvdecPoolGpuTest, ZeroSessionsOpensTwoPerEngineAndACountOpensThatMany) {
   NEED_NVDEC();
   std::string why_not;
   const auto engines = nvdec_engine_count(0, &why_not);
@@ -575,12 +594,35 @@ TEST(NvdecPoolGpuTest, ZeroSessionsOpensOnePerEngineAndACountOpensThatMany) {
     EXPECT_EQ(*engines, 7) << name;
   }
   const NvdecPool per_engine({0}, 0);
-  EXPECT_EQ(per_engine.size(), *engines);
-  EXPECT_NE(per_engine.describe().find("(one per engine)"), std::string::npos)
+  EXPECT_EQ(per_engine.size(), 2 * *engines);
+  EXPECT_NE(per_engine.describe().find("(two per engine)"), std::string::npos)
       << per_engine.describe();
   const NvdecPool given({0}, 2);
   EXPECT_EQ(given.size(), 2);
   EXPECT_EQ(given.describe(), "2 NVDEC session(s) on cuda:0");
+}
+
+TEST(NvdecPoolGpuTest, AGpusSessionsShareOneContextThatIsNotLibTorchs) {
+  NEED_NVDEC();
+  torch::zeros({1}, torch::kCUDA);  // LibTorch's primary context, current on this thread
+  const void* libtorch_context = current_cuda_context();
+  ASSERT_NE(libtorch_context, nullptr);
+  NvdecPool pool({0}, 3);
+  std::set<const void*> contexts;
+  std::set<const void*> streams;
+  std::vector<NvdecPool::Lease> held;  // so that each turn leases another session
+  for (int k = 0; k < pool.size(); ++k) {
+    held.push_back(pool.try_acquire());
+    ASSERT_TRUE(held.back());
+    contexts.insert(held.back().session()->cuda_context());
+    streams.insert(held.back().session()->cuda_stream());
+  }
+  held.clear();
+  EXPECT_EQ(contexts.size(), 1U);
+  EXPECT_EQ(streams.size(), 3U);
+  EXPECT_EQ(contexts.count(libtorch_context), 0U);
+  EXPECT_EQ(current_cuda_context(), libtorch_context)
+      << "opening the pool changed this thread's context";
 }
 
 

@@ -162,7 +162,7 @@ def test_video_decoder_choice_without_a_gpu(binary, small, tmp_path):
         small["video"]["nvdec_sessions"] = bad
         r = run_precompute(binary, tmp_path, small, expect=2)
         assert "video.nvdec_sessions" in r.stderr, (bad, r.stderr[-500:])
-    small["video"]["nvdec_sessions"] = 0  # one per engine; on the CPU as above where none
+    small["video"]["nvdec_sessions"] = 0  # two per engine; on the CPU as above where none
     r = run_precompute(binary, tmp_path, small, "--max-failures", "50%")
     assert "0 to process" in r.stderr, r.stderr[-2000:]
     for bad in ("gpu", "", "NVDEC", "nvdec\u0000"):

@@ -90,7 +90,7 @@ TEST(ConfigTest, VideoDecoderChoices) {
   EXPECT_EQ(parse_config(base + "}\n", "/x").video.decoder, VideoDecoderKind::kAuto);
   EXPECT_EQ(parse_config(base + ", decoder: auto}\n", "/x").video.decoder,
             VideoDecoderKind::kAuto);
-  EXPECT_EQ(parse_config(base + "}\n", "/x").video.nvdec_sessions, 0);  // one per engine
+  EXPECT_EQ(parse_config(base + "}\n", "/x").video.nvdec_sessions, 0);  // two per engine
   EXPECT_EQ(parse_config(base + ", decoder: cpu}\n", "/x").video.decoder, VideoDecoderKind::kCpu);
   const Config nvdec = parse_config(base + ", decoder: nvdec, nvdec_sessions: 7}\n", "/x");
   EXPECT_EQ(nvdec.video.decoder, VideoDecoderKind::kNvdec);

@@ -1340,16 +1340,16 @@ TEST(KeptDecoder, AFileThatFailsPartWayLeavesAFreshDecoderForTheNext) {
   EXPECT_TRUE(after.rgb == expected.rgb);
 }
 
-// Note [Opening and closing sessions side by side]: sessions open on a thread each, and a pool
-// that cannot open them all reports the first failure in session order, naming the GPU (no
-// machine has a cuda:63, with or without CUDA in the build).
-TEST(NvdecPoolTest, APoolThatCannotOpenItsSessionsNamesTheFirstOneAndTheGpu) {
+// Note [Opening and closing sessions side by side]: a pool that cannot open a GPU's context
+// reports it naming the GPU and its sessions, in GPU order (no machine has a cuda:62 or a
+// cuda:63, with or without CUDA in the build).
+TEST(NvdecPoolTest, APoolThatCannotOpenItsSessionsNamesTheFirstGpu) {
   try {
-    NvdecPool pool({63}, 3);
+    NvdecPool pool({63, 62}, 3);
     FAIL() << "a pool on cuda:63 opened";
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();
-    EXPECT_EQ(what.rfind("NVDEC session 1 of 3 on cuda:63: ", 0), 0U) << what;
+    EXPECT_EQ(what.rfind("NVDEC on cuda:63 (3 session(s)): ", 0), 0U) << what;
   }
 }
 

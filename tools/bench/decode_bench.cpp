@@ -13,7 +13,9 @@
 // decoder set-up and nothing else; `cuvid` (NVDEC only) decodes every frame with FFmpeg's
 // *_cuvid decoders, NVIDIA's parser inside FFmpeg. plain and cuvid also report the seconds spent
 // opening, decoding and closing, summed over the threads: where NVDEC's time goes. --no-keep
-// gives every file a decoder of its own (Note [Keeping NVDEC decoders across files]). The in_*
+// gives every file a decoder of its own (Note [Keeping NVDEC decoders across files]);
+// --own-contexts a CUDA context to every session, as before Note [One CUDA context for a GPU's
+// sessions]. The in_*
 // figures are the seconds inside FFmpeg's read, send, receive and seek calls and the conversion,
 // summed over the threads (ffmpeg::DecodeTimes).
 
@@ -53,6 +55,7 @@ struct Args {
   int repeat = 1;
   bool seek = true;
   bool keep = true;
+  bool own_contexts = false;
   std::vector<std::filesystem::path> files;
 };
 
@@ -60,7 +63,7 @@ struct Args {
   std::fprintf(stderr,
                "decode_bench: %s\nusage: decode_bench [--decoder cpu|nvdec] [--threads N] "
                "[--device D] (--fps X | --num-frames N) [--size S] [--repeat R] [--no-seek] "
-               "[--mode full|plain|cuvid] [--no-keep] FILE...\n",
+               "[--mode full|plain|cuvid] [--no-keep] [--own-contexts] FILE...\n",
                why.c_str());
   std::exit(2);
 }
@@ -88,6 +91,8 @@ Args parse(int argc, char** argv) {
       a.keep = false;
     } else if (args.is("--no-seek")) {
       a.seek = false;
+    } else if (args.is("--own-contexts")) {
+      a.own_contexts = true;
     } else if (args.is_option()) {
       usage("unknown option " + args.arg());
     } else {
@@ -171,17 +176,27 @@ int main(int argc, char** argv) {
   options.width = args.size;
   options.seek = args.seek;
 
-  // Sessions first, outside the clock, as precompute makes them at start-up.
+  // Sessions first, outside the clock, as precompute makes them at start-up: in one context,
+  // as precompute's, or each in its own with --own-contexts (as before Note [One CUDA context
+  // for a GPU's sessions]); the seconds that took go in the line as open_sessions_s.
   std::vector<std::unique_ptr<precompute::NvdecSession>> sessions;
+  double open_sessions_s = 0.0;
   if (args.decoder == "nvdec") {
+    const auto opening = std::chrono::steady_clock::now();
+    AVBufferRef* shared = nullptr;
     try {
+      if (!args.own_contexts) shared = precompute::open_nvdec_context(args.device);
       for (int t = 0; t < args.threads; ++t) {
-        sessions.push_back(std::make_unique<precompute::NvdecSession>(args.device, args.keep));
+        sessions.push_back(
+            std::make_unique<precompute::NvdecSession>(args.device, args.keep, shared));
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "decode_bench: %s\n", e.what());
+      av_buffer_unref(&shared);
       return 1;
     }
+    av_buffer_unref(&shared);  // the sessions hold it
+    open_sessions_s = precompute::seconds_since(opening);
   }
 
   const int64_t total = static_cast<int64_t>(args.files.size()) * args.repeat;
@@ -242,13 +257,14 @@ int main(int argc, char** argv) {
       "\"in_convert_s\": %.3f, "
       "\"decoder\": \"%s\", \"threads\": %d, \"seek\": %s, \"clips\": %lld, \"failed\": %lld, "
       "\"on_nvdec\": %lld, \"seconds\": %.3f, \"clips_per_s\": %.2f, \"decoded_frames\": %lld, "
-      "\"decoded_frames_per_s\": %.0f, \"kept_frames\": %lld}\n",
+      "\"decoded_frames_per_s\": %.0f, \"kept_frames\": %lld, \"own_contexts\": %s, "
+      "\"open_sessions_s\": %.3f}\n",
       args.mode.c_str(), sum.open, sum.decode, sum.close, in.read, in.send, in.receive, in.seek,
       in.convert, args.decoder.c_str(), args.threads,
       args.seek ? "true" : "false",
       static_cast<long long>(total), static_cast<long long>(failed.load()),
       static_cast<long long>(on_nvdec.load()), seconds, static_cast<double>(total) / seconds,
       static_cast<long long>(decoded.load()), static_cast<double>(decoded.load()) / seconds,
-      static_cast<long long>(kept.load()));
+      static_cast<long long>(kept.load()), args.own_contexts ? "true" : "false", open_sessions_s);
   return failed.load() > 0 ? 1 : 0;
 }

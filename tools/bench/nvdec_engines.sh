@@ -7,9 +7,10 @@
 # sessions' threads always in FFmpeg's calls mean the time goes around the engines.
 #   bash tools/bench/nvdec_engines.sh [CLIP_DIR]
 # SESSION_COUNTS (default "7 14 21"), SAMPLINGS (default "fps1 nf4"; "all": every frame decoded,
-# decode_bench --mode plain), REPEAT (default 40: the clips listed that many times). One JSON
-# line a case: decode_bench's line with the sampling and the utilisation samples' mean, median,
-# max and count added.
+# decode_bench --mode plain), CONTEXTS (default "shared": the sessions in one CUDA context, as
+# precompute opens them; "own": a context each, as before 2026-12-03), REPEAT (default 40: the
+# clips listed that many times). One JSON line a case: decode_bench's line with the sampling
+# and the utilisation samples' mean, median, max and count added.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 bench=build-gpu/tools/bench/decode_bench
@@ -24,14 +25,17 @@ for sampling in ${SAMPLINGS:-fps1 nf4}; do
     *) echo "nvdec_engines: sampling $sampling is fps1, nf4 or all" >&2; exit 2 ;;
   esac
   for sessions in ${SESSION_COUNTS:-7 14 21}; do
-    nvidia-smi --query-gpu=utilization.decoder --format=csv,noheader,nounits -lms 100 \
-      > "$samples" 2>/dev/null &
-    sampler=$!
-    line=$(timeout 300 "$bench" --decoder nvdec --threads "$sessions" "${sampling_args[@]}" \
-      --repeat "${REPEAT:-40}" "${clips[@]}" 2>/dev/null) || status=1
-    kill "$sampler" 2>/dev/null
-    wait "$sampler" 2>/dev/null
-    SAMPLING=$sampling LINE=$line python3 - "$samples" <<'PY'
+    for contexts in ${CONTEXTS:-shared}; do
+      context_args=()
+      [ "$contexts" = own ] && context_args=(--own-contexts)
+      nvidia-smi --query-gpu=utilization.decoder --format=csv,noheader,nounits -lms 100 \
+        > "$samples" 2>/dev/null &
+      sampler=$!
+      line=$(timeout 300 "$bench" --decoder nvdec --threads "$sessions" "${sampling_args[@]}" \
+        "${context_args[@]}" --repeat "${REPEAT:-40}" "${clips[@]}" 2>/dev/null) || status=1
+      kill "$sampler" 2>/dev/null
+      wait "$sampler" 2>/dev/null
+      SAMPLING=$sampling LINE=$line python3 - "$samples" <<'PY'
 import json, os, statistics, sys
 values = []
 for row in open(sys.argv[1]):
@@ -55,6 +59,7 @@ line["decoder_util_pct"] = {
 }
 print(json.dumps(line))
 PY
+    done
   done
 done
 exit $status

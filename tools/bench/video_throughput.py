@@ -203,7 +203,7 @@ def main() -> int:
                          "MODE#T run.decode_threads to T (e.g. 'auto,auto#19', 'auto@4#12'), "
                          "MODE%%F run.max_in_flight to F (e.g. 'auto,auto%%1000')")
     ap.add_argument("--sessions", type=int, default=0,
-                    help="video.nvdec_sessions where a mode gives none (0: one per engine)")
+                    help="video.nvdec_sessions where a mode gives none (0: two per engine)")
     ap.add_argument("--devices", default="cuda:0",
                     help="device sets separated by ';' (each measured), each a comma-separated "
                          "list, e.g. 'cuda:0;cuda:0,cuda:1'")
