@@ -111,14 +111,14 @@ class ContextScope {
 // sessions' and cannot leave LibTorch's context unusable for the encoders, and FFmpeg's context
 // flags need not match LibTorch's (FFmpeg refuses a primary context started with other flags).
 // Each session has a stream of its own in it, and a device of FFmpeg's own around it (FFmpeg
-// takes the stream from the device). Until 2026-12-03 each session made a context of its own:
-// the driver makes contexts one at a time, about 0.12 s each on an H200 (7 sessions: 0.86 s of
-// a run's start-up, docs/benchmarks.md, "The profile"), and destroys them so at the end, which
-// made more sessions than engines cost more in start-up than the engines gave (14 sessions:
-// graph 9% shorter, run no faster, whole process 4% and 12% slower). The cost of sharing: an
-// error that spoils the context (a fault in the conversion kernel, not a broken bitstream,
-// whose errors NVDEC returns per picture) now stops all of the GPU's sessions rather than one;
-// their files fall back to the CPU as any NVDEC error does, so nothing is lost but speed. The
+// takes the stream from the device). Until 2026-12-03 each session made a context of its own,
+// which the driver makes one at a time: on an H200 7 sessions took 1.05 s to open and 14 took
+// 2.11 s, against 0.24 and 0.21 s in one context, and with a context each, 14 sessions lost in
+// start-up and exit what the engines gave (docs/benchmarks.md, "The engines' own bound"). With
+// one context and 14 sessions a job of 800 clips ran 13% faster over the whole process than
+// with 7 sessions in a context each. The cost of sharing: an error that spoils a context (a
+// fault in the conversion kernel, say) now stops all of the GPU's sessions rather than one;
+// their files fall back to the CPU as on any NVDEC error, so nothing is lost but speed. The
 // kernel, the streams and the buffers live in the shared context; only host memory crosses.
 
 bool nvdec_built() { return true; }
