@@ -23,7 +23,8 @@ LABELS = {"fps1": "1 frame per second", "nf4": "4 frames a clip"}
 
 def short(who: str) -> str:
     return (who.replace(" (cuda:0)", "").replace("precompute ", "precompute\n")
-            .replace("PyNvVideoCodec 8 threads", "PyNvVideoCodec\n8 threads"))
+            .replace("PyNvVideoCodec 8 threads", "PyNvVideoCodec\n8 threads")
+            .replace(" [build-gpu-baseline]", "\n(the build before)").replace(" [build-gpu]", ""))
 
 
 def main() -> None:
