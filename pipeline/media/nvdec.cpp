@@ -223,6 +223,9 @@ NvdecSession::NvdecSession(int device, bool keep_decoders, AVBufferRef* shared_c
       // A device of FFmpeg's own around the shared context: FFmpeg reads the stream from the
       // device when it makes a decoder, so each session needs one, and a device FFmpeg did not
       // make the context for leaves the context alone when it goes (the shared ref owns it).
+      // FFmpeg 5.1 then keeps no device ordinal of its own (0): it reads one only for its frame
+      // pools' texture alignment, a property of the GPU architecture, so on a machine of one
+      // GPU model the answer is the same for every GPU.
       shared_context_ = av_buffer_ref(shared_context);
       hw_device_ = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
       if (shared_context_ == nullptr || hw_device_ == nullptr) throw std::bad_alloc();
