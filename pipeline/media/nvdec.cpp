@@ -40,10 +40,10 @@ extern "C" {
 // only where a picture is decoded and converted differs. FFmpeg checks the decoder's
 // capabilities (codec, profile, bit depth, chroma format, size) when it sets the hwaccel up, and
 // when they fall short it offers the software formats again, which is how a file NVDEC cannot
-// take falls back to the CPU (video_decoder.cpp). What a session keeps across files is its CUDA
-// context (Note [One CUDA context for a GPU's sessions]), the stream, the buffers and, for H.264 and
-// HEVC, the FFmpeg decoder with its NVDEC decoder (Note [Keeping NVDEC decoders across files] in
-// kept_decoder.cpp). docs/benchmarks.md measures what this path reaches against
+// take falls back to the CPU (video_decoder.cpp). What a session keeps across files is its
+// GPU's CUDA context (Note [One CUDA context for a GPU's sessions]), its stream, the buffers and,
+// for H.264 and HEVC, the FFmpeg decoder with its NVDEC decoder (Note [Keeping NVDEC decoders
+// across files] in kept_decoder.cpp). docs/benchmarks.md measures what this path reaches against
 // NVIDIA's own PyNvVideoCodec.
 
 namespace precompute {
@@ -130,9 +130,9 @@ bool nvdec_built() { return true; }
 // 5 on an A100, 4 on an L4), and the driver reports it (CUVIDDECODECAPS::nNumNVDECs, asked for
 // 8-bit 4:2:0 H.264), so video.nvdec_sessions: 0, the default, opens two per engine on each
 // GPU. On an H200 (720p H.264, the decoders alone, nvidia-smi's decoder utilisation beside
-// them; docs/benchmarks.md, "The engines' own bound"): 7 sessions kept the engines 81-87% busy
-// and decoded 56.2 clips/s at 1 frame/s and 88.6 at 4 frames; 14 kept them at 100% (median)
-// and decoded 61.3 and 97.6; 21 no more (61.4, 97.0). A session costs a stream and a kept
+// them; docs/benchmarks.md, "The engines' own bound"): 7 sessions kept the engines busy 87% and
+// 81% of the time (means) and decoded 56.2 clips/s at 1 frame/s and 88.6 at 4 frames; 14 kept
+// them at 100% (medians) and decoded 61.3 and 97.6; 21 no more (61.4, 97.0). A session costs a stream and a kept
 // NVDEC decoder in the GPU's one context (Note [One CUDA context for a GPU's sessions]); when
 // each cost a context of its own, 14 sessions lost in start-up what the engines gave. (Until
 // 2026-12-03 the default was one per engine: 7 sessions had taken a job of 800 clips from
@@ -197,7 +197,8 @@ std::string ffmpeg_error_text(int error) {
 }
 
 AVCUDADeviceContext* cuda_device_of(AVBufferRef* device) {
-  return static_cast<AVCUDADeviceContext*>(reinterpret_cast<AVHWDeviceContext*>(device->data)->hwctx);
+  auto* device_context = reinterpret_cast<AVHWDeviceContext*>(device->data);
+  return static_cast<AVCUDADeviceContext*>(device_context->hwctx);
 }
 
 }  // namespace
