@@ -132,15 +132,15 @@ bool nvdec_built() { return true; }
 // GPU. On an H200 (720p H.264, the decoders alone, nvidia-smi's decoder utilisation beside
 // them; docs/benchmarks.md, "The engines' own bound"): 7 sessions kept the engines busy 87% and
 // 81% of the time (means) and decoded 56.2 clips/s at 1 frame/s and 88.6 at 4 frames; 14 kept
-// them at 100% (medians) and decoded 61.3 and 97.6; 21 no more (61.4, 97.0). A session costs a stream and a kept
-// NVDEC decoder in the GPU's one context (Note [One CUDA context for a GPU's sessions]); when
-// each cost a context of its own, 14 sessions lost in start-up what the engines gave. (Until
-// 2026-12-03 the default was one per engine: 7 sessions had taken a job of 800 clips from
-// 56.1 to 60.4 clips/s against 4.) A driver that does not say (older than the Video Codec SDK
-// 11.1 API, which added the field) gets 4, as before. The question needs a CUDA context: the
-// device's primary one, which LibTorch has usually started by then (Note [Started beside the
-// input's read] in encoders/early_start.cpp), made current on a thread of its own so that the
-// caller's current device is untouched.
+// them at 100% (medians) and decoded 61.3 and 97.6; 21 no more (61.4, 97.0). A session costs
+// a stream and a kept NVDEC decoder in the GPU's one context (Note [One CUDA context for a
+// GPU's sessions]); when each cost a context of its own, 14 sessions lost in start-up what the
+// engines gave. (Until 2026-12-03 the default was one per engine: 7 sessions had taken a job of
+// 800 clips from 56.1 to 60.4 clips/s against 4.) A driver that does not say (older than the
+// Video Codec SDK 11.1 API, which added the field) gets 4, as before. The question needs a CUDA
+// context: the device's primary one, which LibTorch has usually started by then (Note [Started
+// beside the input's read] in encoders/early_start.cpp), made current on a thread of its own so
+// that the caller's current device is untouched.
 std::optional<int> nvdec_engine_count(int device, std::string* why_not) {
 #if PRECOMPUTE_WITH_NVDEC_CAPS
   std::string reason;
