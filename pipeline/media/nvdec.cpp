@@ -16,6 +16,7 @@ extern "C" {
 #include <stdexcept>
 #include <utility>
 
+#include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/gpu_rgb_kernel.hpp"
 #include "pipeline/media/kept_decoder.hpp"
 
@@ -190,12 +191,6 @@ std::optional<int> nvdec_engine_count(int device, std::string* why_not) {
 
 namespace {
 
-std::string ffmpeg_error_text(int error) {
-  char text[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(error, text, sizeof(text));
-  return text;
-}
-
 AVCUDADeviceContext* cuda_device_of(AVBufferRef* device) {
   auto* device_context = reinterpret_cast<AVHWDeviceContext*>(device->data);
   return static_cast<AVCUDADeviceContext*>(device_context->hwctx);
@@ -210,7 +205,7 @@ AVBufferRef* open_nvdec_context(int device) {
   if (error < 0) {
     throw std::runtime_error(
         fmt::format("cannot open FFmpeg's CUDA device on cuda:{} (av_hwdevice_ctx_create): {}",
-                    device, ffmpeg_error_text(error)));
+                    device, ffmpeg::error_text(error)));
   }
   return made;
 }
@@ -235,7 +230,7 @@ NvdecSession::NvdecSession(int device, bool keep_decoders, AVBufferRef* shared_c
       if (error < 0) {
         throw std::runtime_error(fmt::format(
             "cannot set FFmpeg's CUDA device up on cuda:{} (av_hwdevice_ctx_init): {}", device,
-            ffmpeg_error_text(error)));
+            ffmpeg::error_text(error)));
       }
     }
     AVCUDADeviceContext* cuda = cuda_device_of(hw_device_);

@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<precompute::NvdecSession>> sessions;
   double open_sessions_s = 0.0;
   if (args.decoder == "nvdec") {
-    const auto opening = std::chrono::steady_clock::now();
+    const auto opening = Clock::now();
     AVBufferRef* shared = nullptr;
     try {
       if (!args.own_contexts) shared = precompute::open_nvdec_context(args.device);
