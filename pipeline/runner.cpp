@@ -35,6 +35,7 @@
 #include "storage/dataset_view.hpp"
 #include "storage/job_ranks.hpp"
 #include "storage/output_folder.hpp"
+#include "storage/output_id.hpp"
 #include "storage/output_index.hpp"
 
 namespace precompute {
@@ -158,6 +159,7 @@ ShardMeta make_meta(const Config& config, const EncoderPools& pools, const Confi
     meta.modalities[modality_index(m)] = std::move(schema);
   }
   meta.config_fingerprint = fingerprint.hex_digest();
+  meta.output_id = output_id_for(meta.config_fingerprint);
   return meta;
 }
 
@@ -334,6 +336,10 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   index.input = input.path.string();
   index.input_samples = static_cast<int64_t>(input.samples.size());
   index.input_sha256 = input.sha256.get();
+  if (context.partition.split()) {
+    index.rank = IndexRank{context.partition.rank, context.partition.world_size, span.first_seq,
+                           span.end_seq};
+  }
   write_index(config.output.path, index);
   refresh_dataset_view(config.output.path, index);  // never throws: the view is a convenience
   spdlog::debug("start-up: index and view written");
@@ -618,6 +624,9 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
   std::error_code ignored;
   record.config = config.file.empty() ? std::string()
                                       : std::filesystem::absolute(config.file, ignored).string();
+  record.command = context.command;
+  record.working_folder = context.working_folder;
+  record.rank_source = part.source;
   record.started = unix_now();
   record.attempts = 1;
   RunSummary summary;
@@ -641,6 +650,7 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
                "(the input's length or shard_size changed); rerun it with --overwrite");
     }
     record.state = "done";
+    record.overwrite_done = config.output.overwrite;
     record.finished = unix_now();
     write_rank_record(work.output.path, record);
     return summary;
@@ -657,11 +667,21 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
     record.started = earlier->started > 0 ? earlier->started : record.started;
     record.attempts = earlier->attempts + 1;
   }
+  // A start-up that is refused (other settings, a model that does not load, a budget too small)
+  // leaves rank.json as it was: it describes the rank's output, which the refusal left alone.
+  const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
+  record.output_id = calibrated.meta.output_id;
   record.state = "running";
+  // With --overwrite, the removal happens in plan(); a restarted run (Note [Overwrite once])
+  // resumes, and so does the rerun command once the removal is done.
+  record.overwrite_done = config.output.overwrite && context.overwrite_done;
   write_rank_record(work.output.path, record);
   try {
-    const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
     Planned planned = plan(work, context, input, output, calibrated, span);
+    if (config.output.overwrite && !record.overwrite_done) {
+      record.overwrite_done = true;
+      write_rank_record(work.output.path, record);
+    }
     const Executed executed = execute(work, input, calibrated, planned, stats);
     summary = summarise(work, input, calibrated, planned, executed, stats, run_started);
     // --max-failures (a count or a percentage) applies to the rank's part.
@@ -678,7 +698,8 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
     }
     throw;
   }
-  if (summary.processed_samples == 0 && earlier && earlier->state == "done") {
+  if (summary.processed_samples == 0 && earlier && earlier->state == "done" &&
+      earlier->output_id == record.output_id) {
     write_rank_record(work.output.path, *earlier);  // a rerun of a finished rank changes nothing
   } else {
     record.state = "done";

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "encoders/encoder.hpp"
 #include "pipeline/stages/encode_stage.hpp"
@@ -69,6 +70,10 @@ struct RunContext {
   // This process's part of a job split into ranks (docs/distributed.md). A split run writes its
   // span of the input into rank_folder(output.path, rank, world_size), as an ordinary run.
   Partition partition;
+  // The command line as typed (argv) and the folder it ran in: a rank records them, so that the
+  // command printed to rerun it is exactly the one it ran (storage/job_ranks.hpp).
+  std::vector<std::string> command;
+  std::string working_folder;
 };
 
 // Runs the job, resuming an earlier run in the output folder (Note [What a resume redoes] in

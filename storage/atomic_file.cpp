@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <cerrno>
 #include <string>
 #include <system_error>
@@ -116,8 +117,7 @@ void sync_folder(const std::filesystem::path& folder, const std::filesystem::pat
 
 // Crash points (pipeline/core/crash_point.hpp) are named by what is being written: "shard-" or
 // "index-" followed by the step, e.g. shard-before-rename; other files have none.
-std::string crash_point_prefix(const std::filesystem::path& target) {
-  const std::string name = target.filename().string();
+std::string crash_point_prefix(std::string_view name) {
   if (name.rfind("shard-", 0) == 0) return "shard-";
   if (name == "index.json") return "index-";
   return {};
@@ -129,31 +129,53 @@ void crash_at(const std::string& prefix, std::string_view step) {
 
 }  // namespace
 
-void write_file_atomically(const std::filesystem::path& target, std::string_view bytes) {
-  const std::string crash_prefix = crash_point_prefix(target);
-  const std::filesystem::path folder =
-      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  auto [file, temp] = create_temp_file(target, folder);
+namespace {
+
+// Both forms of the atomic write: `stem` names the temporary file (and the crash points), and
+// `target()` gives the final path once the temporary file is synced.
+std::filesystem::path write_atomically(const std::filesystem::path& folder, std::string_view stem,
+                                       std::string_view bytes,
+                                       const std::function<std::filesystem::path()>& target) {
+  const std::string crash_prefix = crash_point_prefix(stem);
+  // Until the target is known, errors name the file by its stem.
+  const std::filesystem::path provisional = folder / std::string(stem);
+  auto [file, temp] = create_temp_file(provisional, folder);
   TempFileRemover remover(temp);
 
   // Half the bytes, then the rest, so that a crash point can leave a torn temporary file.
-  write_all(file.get(), bytes.substr(0, bytes.size() / 2), target);
+  write_all(file.get(), bytes.substr(0, bytes.size() / 2), provisional);
   crash_at(crash_prefix, "mid-write");
-  write_all(file.get(), bytes.substr(bytes.size() / 2), target);
+  write_all(file.get(), bytes.substr(bytes.size() / 2), provisional);
   crash_at(crash_prefix, "before-fsync");
   // A failed fsync is not retried on the same descriptor: Linux may already have dropped the
   // dirty pages and marked them clean, so a second fsync could succeed without writing them.
-  if (::fsync(file.get()) != 0) throw_write_error(target, "syncing the temporary file", errno);
+  if (::fsync(file.get()) != 0) throw_write_error(provisional, "syncing the temporary file", errno);
   if (const int error = file.close(); error != 0) {
-    throw_write_error(target, "closing the temporary file", error);
+    throw_write_error(provisional, "closing the temporary file", error);
   }
+  const std::filesystem::path final_path = target();
   crash_at(crash_prefix, "before-rename");
-  if (::rename(temp.c_str(), target.c_str()) != 0) {
-    throw_write_error(target, "renaming the temporary file into place", errno);
+  if (::rename(temp.c_str(), final_path.c_str()) != 0) {
+    throw_write_error(final_path, "renaming the temporary file into place", errno);
   }
   remover.renamed();
   crash_at(crash_prefix, "before-folder-fsync");
-  sync_folder(folder, target);
+  sync_folder(folder, final_path);
+  return final_path;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& target, std::string_view bytes) {
+  const std::filesystem::path folder =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  write_atomically(folder, target.filename().string(), bytes, [&] { return target; });
+}
+
+std::filesystem::path write_named_file_atomically(const std::filesystem::path& folder,
+                                                  std::string_view stem, std::string_view bytes,
+                                                  const std::function<std::string()>& name) {
+  return write_atomically(folder, stem, bytes, [&] { return folder / name(); });
 }
 
 }  // namespace precompute

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,21 @@ namespace schema = shard_schema;
 
 constexpr std::string_view kViewFormat = "precompute-view";
 constexpr int64_t kViewFormatVersion = 1;
+
+// Note [A view names the index it shows]
+// dataset.h5 is derived from index.json and must show exactly its shards: a view left from
+// another index (a merge killed between the two writes, a view copied from elsewhere) serves
+// rows that are missing or twice. So it records the SHA-256 of the index.json it was built from
+// (index_sha256()); a resumed run and `precompute merge` rebuild a view that names another, and
+// `precompute verify` fails on it. A run rewrites the view less often than the index (Note
+// [When the view is rewritten]), so while it runs the two may differ; once it ends they agree.
+
+// Note [Fill values of the view]
+// HDF5 reads the rows of a mapped file that is missing as the dataset's fill value, without an
+// error. A reader that keeps a view open while a rewrite deletes shards (docs/format.md,
+// "One-file view") would read zeros as if they were embeddings of absent samples. So the view's
+// fill values are values no shard holds: -1 for seq and num_steps, 255 for the 0/1 flags, NaN
+// for vectors and timestamps; such a row says "reopen the view", never a wrong vector.
 
 // The CSR offsets ([N + 1], from 0) of each per-step modality of a shard; empty elsewhere.
 using ShardOffsets = std::array<std::vector<int64_t>, kNumModalities>;
@@ -116,15 +132,29 @@ class ViewBuilder {
     {
       H5Handle root = h5_own(H5Gopen2(file.get(), "/", H5P_DEFAULT), "H5Gopen2 /", target_);
       write_attribute(root.get(), "format", kViewFormat);
+      // Second, so that it sits in the file's first bytes (Note [Proving a file is ours]).
+      write_attribute(root.get(), schema::kOutputIdAttr, index.meta.output_id);
       write_attribute(root.get(), "format_version", kViewFormatVersion);
+      // Note [A view names the index it shows]
+      write_attribute(root.get(), kViewIndexSha256Attr, index_sha256(index));
       write_attribute(root.get(), schema::kConfigFingerprintAttr, index.meta.config_fingerprint);
       write_attribute(root.get(), schema::kStorageDtypeAttr, storage_dtype_name(index.meta.dtype));
       write_attribute(root.get(), "num_shards", static_cast<int64_t>(index.shards.size()));
 
       std::vector<SourcePart> samples;
       for (const auto& entry : index.shards) samples.push_back({entry.file, entry.num_samples});
-      add_virtual(root.get(), schema::kIdsDataset, string_type_.get(), 0, samples);
-      add_virtual(root.get(), schema::kSeqDataset, H5T_STD_I64LE, 0, samples);
+      // Note [Fill values of the view]: values that no shard stores.
+      const int64_t no_seq = -1;
+      const int32_t no_steps = -1;
+      const uint8_t no_flag = 255;
+      const double no_time = std::numeric_limits<double>::quiet_NaN();
+      const float no_float = std::numeric_limits<float>::quiet_NaN();
+      const uint16_t no_half = 0x7e00;  // a float16 quiet NaN
+      const void* no_vector = index.meta.dtype == StorageDtype::kFloat16
+                                  ? static_cast<const void*>(&no_half)
+                                  : static_cast<const void*>(&no_float);
+      add_virtual(root.get(), schema::kIdsDataset, string_type_.get(), 0, samples, nullptr);
+      add_virtual(root.get(), schema::kSeqDataset, H5T_STD_I64LE, 0, samples, &no_seq);
       if (!index.meta.kept_columns.empty()) {
         // The kept columns map like /ids: variable-length strings, one row per sample.
         H5Handle properties = creation_properties(H5P_GROUP_CREATE);
@@ -133,7 +163,7 @@ class ViewBuilder {
                                 "H5Gcreate2 columns", target_);
         for (const auto& name : index.meta.kept_columns) {
           add_virtual(group.get(), std::string(schema::kColumnsGroup) + "/" + name,
-                      string_type_.get(), 0, samples);
+                      string_type_.get(), 0, samples, nullptr);
         }
       }
 
@@ -154,14 +184,17 @@ class ViewBuilder {
         write_attribute(group.get(), schema::kPoolingAttr, m->pooling);
 
         const std::string prefix = name + "/";
-        add_virtual(group.get(), prefix + schema::kPresentDataset, H5T_STD_U8LE, 0, samples);
-        add_virtual(group.get(), prefix + schema::kNumStepsDataset, H5T_STD_I32LE, 0, samples);
+        add_virtual(group.get(), prefix + schema::kPresentDataset, H5T_STD_U8LE, 0, samples,
+                    &no_flag);
+        add_virtual(group.get(), prefix + schema::kNumStepsDataset, H5T_STD_I32LE, 0, samples,
+                    &no_steps);
         if (m->modality == Modality::kText) {
-          add_virtual(group.get(), prefix + schema::kTruncatedDataset, H5T_STD_U8LE, 0, samples);
+          add_virtual(group.get(), prefix + schema::kTruncatedDataset, H5T_STD_U8LE, 0, samples,
+                      &no_flag);
         }
         if (!m->per_step) {
           add_virtual(group.get(), prefix + schema::kEmbeddingsDataset, embedding_type, m->dim,
-                      samples);
+                      samples, no_vector);
           continue;
         }
         // The offsets are stored, not mapped (Note [The one-file view]): each shard's shifted
@@ -176,9 +209,11 @@ class ViewBuilder {
           rows.push_back({index.shards[i].file, shard.empty() ? 0 : shard.back()});
         }
         write_offsets(group.get(), prefix + schema::kOffsetsDataset, global_offsets);
-        add_virtual(group.get(), prefix + schema::kValuesDataset, embedding_type, m->dim, rows);
+        add_virtual(group.get(), prefix + schema::kValuesDataset, embedding_type, m->dim, rows,
+                    no_vector);
         if (m->modality != Modality::kText) {
-          add_virtual(group.get(), prefix + schema::kTimestampsDataset, H5T_IEEE_F64LE, 0, rows);
+          add_virtual(group.get(), prefix + schema::kTimestampsDataset, H5T_IEEE_F64LE, 0, rows,
+                      &no_time);
         }
       }
     }
@@ -201,8 +236,10 @@ class ViewBuilder {
 
   // The dataset `path` (relative to the root; the same path in every shard) as a virtual
   // dataset over `parts`, one after the other; `dim` 0 for a column, else [rows, dim].
+  // `fill`: the value of rows whose file is missing (Note [Fill values of the view]), in `type`;
+  // nullptr for strings, which read as empty.
   void add_virtual(hid_t parent, const std::string& path, hid_t type, int64_t dim,
-                   const std::vector<SourcePart>& parts) {
+                   const std::vector<SourcePart>& parts, const void* fill) {
     const std::string operation = "creating the virtual dataset /" + path;
     const int rank = dim > 0 ? 2 : 1;
     hsize_t total = 0;
@@ -211,6 +248,7 @@ class ViewBuilder {
     H5Handle space = h5_own(H5Screate_simple(rank, dims, nullptr), operation, target_);
     H5Handle properties = creation_properties(H5P_DATASET_CREATE);
     h5_check(H5Pset_layout(properties.get(), H5D_VIRTUAL), operation, target_);
+    if (fill != nullptr) h5_check(H5Pset_fill_value(properties.get(), type, fill), operation, target_);
     // H5Pset_virtual reads '%' in a source name as the start of a pattern ("%b"); "%%" is a
     // '%' (a kept column may be named "50%").
     std::string source_dataset = "/";
@@ -291,6 +329,42 @@ void write_dataset_view(const fs::path& output_dir, const OutputIndex& index) {
     image = ViewBuilder(target).build(index, offsets);
   }
   write_file_atomically(target, image);
+}
+
+std::string dataset_view_problem(const fs::path& output_dir, const OutputIndex& index) {
+  const fs::path file = output_dir / kDatasetViewFileName;
+  std::error_code error;
+  if (!fs::is_regular_file(file, error)) return "it is missing";
+  std::string output_id, index_digest;
+  try {
+    const std::lock_guard lock(hdf5_lock());  // Note [One thread in HDF5]
+    disable_hdf5_error_printing();
+    H5Handle h5 = h5_own(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", file);
+    const auto text_attribute = [&](const char* name) -> std::string {
+      if (h5_check(H5Aexists(h5.get(), name), "H5Aexists", file) <= 0) return {};
+      H5Handle attribute = h5_own(H5Aopen(h5.get(), name, H5P_DEFAULT), "H5Aopen", file);
+      H5Handle type = h5_own(H5Aget_type(attribute.get()), "H5Aget_type", file);
+      if (H5Tis_variable_str(type.get()) <= 0) return {};
+      H5Handle memory = make_utf8_string_type(file);
+      char* value = nullptr;
+      h5_check(H5Aread(attribute.get(), memory.get(), &value), "H5Aread", file);
+      std::string text = value ? value : "";
+      H5free_memory(value);
+      return text;
+    };
+    output_id = text_attribute(schema::kOutputIdAttr);
+    index_digest = text_attribute(kViewIndexSha256Attr);
+  } catch (const StorageError& e) {
+    return detail::concat("it cannot be read (", e.what(), ")");
+  }
+  if (output_id != index.meta.output_id) {
+    return detail::concat("it belongs to another output (output_id '", output_id, "', not '",
+                          index.meta.output_id, "')");
+  }
+  if (index_digest != index_sha256(index)) {
+    return "it was built from another index.json than the folder's (it shows other shards)";
+  }
+  return {};
 }
 
 void refresh_dataset_view(const fs::path& output_dir, const OutputIndex& index) noexcept {

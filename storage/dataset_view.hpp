@@ -10,6 +10,7 @@
 // calls HDF5, whose library here is built thread-safe, so it may run beside the shard builder.
 
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 #include "storage/output_index.hpp"
@@ -17,11 +18,19 @@
 namespace precompute {
 
 inline constexpr std::string_view kDatasetViewFileName = "dataset.h5";
+// The root attribute holding index_sha256() of the index the view was built from (Note [A view
+// names the index it shows] in dataset_view.cpp).
+inline constexpr char kViewIndexSha256Attr[] = "index_sha256";
 
 // Writes DIR/dataset.h5 for the shards `index` lists, replacing the file atomically (temporary
 // file, fsync, rename). Reads each listed shard's CSR offsets (once per shard content).
 // Throws StorageError.
 void write_dataset_view(const std::filesystem::path& output_dir, const OutputIndex& index);
+
+// Why DIR/dataset.h5 is not the view of `index` (missing, unreadable, another output's, built
+// from another index.json); empty when it is. Opens only the view's root attributes.
+std::string dataset_view_problem(const std::filesystem::path& output_dir,
+                                 const OutputIndex& index);
 
 // write_dataset_view() for the run's hooks: the view is a convenience, so a failure is logged as
 // a warning and never fails the run. Never throws.

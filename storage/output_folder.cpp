@@ -22,6 +22,7 @@
 #include "pipeline/core/sha256.hpp"
 #include "storage/atomic_file.hpp"
 #include "storage/dataset_view.hpp"
+#include "storage/output_id.hpp"
 #include "storage/shard_reader.hpp"
 
 namespace precompute {
@@ -204,25 +205,74 @@ std::optional<OutputIndex> rebuild_index(const fs::path& dir, const std::vector<
   return index;
 }
 
-// An index names its shards' files, and a resume deletes the damaged ones: a name that is not
-// exactly a shard name of this folder (a path, "..") would make an edited index.json delete a
-// file elsewhere, so such an index counts as damaged and is rebuilt from the shards.
-std::optional<OutputIndex> read_checked_index(const fs::path& dir) {
+// An index names its shards' files, and a resume deletes the damaged ones: read_index() counts
+// an index that names anything but a shard of this folder (a path, "..") as damaged, so it is
+// rebuilt from the shards; one of another output, too.
+std::optional<OutputIndex> read_checked_index(const fs::path& dir, const std::string& output_id) {
   auto index = read_index(dir);
-  if (!index) return index;
-  for (const auto& entry : index->shards) {
-    PC_CHECK(is_shard_file_name(entry.file), StorageError, "index file ", dir / kIndexFileName,
-             " is damaged: it lists a shard file named '", entry.file,
-             "', which is not a shard name (shard-NNNNNN.h5)");
-  }
+  PC_CHECK(!index || index->meta.output_id == output_id, StorageError, "index file ",
+           dir / kIndexFileName, " is damaged: its output_id is not the one its file carries");
   return index;
 }
 
 // Note [Foreign output folders]
-// A run deletes only names it makes (is_run_file), inside its folder. Still, pointing --output
-// at a folder of other things is almost always a mistake (a typo, the dataset folder), so a
-// folder that holds files but no trace of a run (an index of ours, a shard, a journal) is
+// A run deletes only names it makes (is_run_file), inside its folder, and only files that carry
+// the folder's output id (Note [Proving a file is ours] in output_id.cpp). Still, pointing
+// --output at a folder of other things is almost always a mistake (a typo, the dataset folder),
+// so a folder that holds files but no trace of a run (a proven file of ours, a journal) is
 // refused, naming a few of the files; --overwrite accepts it and leaves those files alone.
+//
+// Files with the tool's names are proven before anything else: every one must carry the
+// folder's id (its index's, or the one its files agree on), so a user's own dataset.h5, an HDF5
+// file of theirs named like a shard, or a shard of an output of other settings copied in is
+// refused by name (exit 73) instead of being overwritten, deleted or read as the output's, with
+// --overwrite too.
+
+[[noreturn]] void refuse_unproven(const fs::path& file, const std::string& why) {
+  PC_THROW(OutputFolderError, "output folder ", file.parent_path(), " holds ",
+           file.filename(), ", which ", why,
+           "; precompute deletes or replaces only files it can prove it wrote there, so nothing "
+           "was changed. Move that file out of the folder, or choose another --output");
+}
+
+// The folder's output id ("" when it holds no marked file), after proving every file with one
+// of the tool's names carries it.
+std::string prove_folder(const fs::path& dir) {
+  std::vector<fs::path> marked;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (is_marked_file_name(entry.path().filename().string())) marked.push_back(entry.path());
+  }
+  PC_CHECK(!ec, OutputFolderError, "cannot list output folder ", dir, ": ", ec.message());
+  std::sort(marked.begin(), marked.end());
+  // The index names the folder's id; without one, the first marked file does.
+  std::stable_partition(marked.begin(), marked.end(),
+                        [](const fs::path& f) { return f.filename() == kIndexFileName; });
+  std::string id;
+  for (const auto& file : marked) {
+    std::error_code status_error;
+    if (!fs::is_regular_file(fs::symlink_status(file, status_error))) {
+      refuse_unproven(file, "is not a regular file (a link, a folder)");
+    }
+    std::optional<std::string> found;
+    try {
+      found = find_output_id(file);
+    } catch (const StorageError& e) {
+      refuse_unproven(file, std::string("cannot be read (") + e.what() + ")");
+    }
+    if (!found) {
+      refuse_unproven(file, "carries no output id: precompute did not write it (or wrote it "
+                            "before outputs were marked, or damage erased the id)");
+    }
+    if (id.empty()) id = *found;
+    if (*found != id) {
+      refuse_unproven(file, detail::concat("belongs to another output (it carries ", *found,
+                                           ", this folder's files ", id, ")"));
+    }
+  }
+  return id;
+}
+
 void check_not_foreign(const fs::path& dir) {
   std::vector<std::string> foreign;
   bool ours = false;
@@ -230,17 +280,8 @@ void check_not_foreign(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const auto name = entry.path().filename().string();
     if (name == kLockFileName || is_temp_file(entry.path())) continue;
-    if (name == kIndexFileName) {
-      try {
-        ours = ours || read_checked_index(dir).has_value();
-      } catch (const StorageError&) {
-        // Not an index of ours, or a damaged one: ours only if shards or journals are there.
-        foreign.push_back(name);
-      }
-      continue;
-    }
-    if (is_run_file(entry.path())) {
-      ours = true;
+    if (is_marked_file_name(name) || is_run_file(entry.path())) {
+      ours = true;  // proven by prove_folder
     } else {
       foreign.push_back(name);
     }
@@ -258,24 +299,16 @@ void check_not_foreign(const fs::path& dir) {
 
 }  // namespace
 
-bool is_shard_file_name(std::string_view name) {
-  constexpr std::string_view kPrefix = "shard-";
-  constexpr std::string_view kSuffix = ".h5";
-  if (name.size() < kPrefix.size() + 6 + kSuffix.size() || name.substr(0, kPrefix.size()) != kPrefix ||
-      name.substr(name.size() - kSuffix.size()) != kSuffix) {
-    return false;
-  }
-  const auto digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-  return digits.size() <= 18 &&
-         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+bool is_marked_file_name(std::string_view name) {
+  return is_shard_file_name(name) || name == kIndexFileName || name == kDatasetViewFileName ||
+         name == kJobSummaryFileName;
 }
 
 bool is_run_file(const fs::path& file) {
   const auto name = file.filename().string();
-  if (name == kLockFileName) return false;
+  if (name == kLockFileName || name == kRankRecordFileName) return false;
   return is_shard_file(file) || name == kIndexFileName || name == kDatasetViewFileName ||
-         is_temp_file(file) ||
-         name.rfind(kRunFilePrefix, 0) == 0;
+         name == kJobSummaryFileName || is_temp_file(file) || name.rfind(kRunFilePrefix, 0) == 0;
 }
 
 OutputFolder OutputFolder::open(const fs::path& dir, const OutputFolderOptions& options) {
@@ -286,6 +319,7 @@ OutputFolder OutputFolder::open(const fs::path& dir, const OutputFolderOptions& 
   PC_CHECK(fs::is_directory(dir), OutputFolderError, "output path ", dir,
            " exists but is not a folder; choose another --output");
   OutputFolder folder(dir, take_lock(dir, options.owner_pid));
+  folder.output_id_ = prove_folder(dir);  // Note [Foreign output folders]
   if (!options.allow_foreign) check_not_foreign(dir);
 
   // Prove the folder is writable now, not after an hour of decoding.
@@ -300,7 +334,9 @@ OutputFolder OutputFolder::open(const fs::path& dir, const OutputFolderOptions& 
 }
 
 OutputFolder::OutputFolder(OutputFolder&& other) noexcept
-    : dir_(std::move(other.dir_)), lock_fd_(std::exchange(other.lock_fd_, -1)) {}
+    : dir_(std::move(other.dir_)),
+      lock_fd_(std::exchange(other.lock_fd_, -1)),
+      output_id_(std::move(other.output_id_)) {}
 
 OutputFolder::~OutputFolder() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
@@ -322,7 +358,7 @@ void OutputFolder::remove_previous_run() const {
 
 std::optional<OutputIndex> OutputFolder::peek_previous_run() const {
   try {
-    return read_checked_index(dir_);
+    return read_checked_index(dir_, output_id_);
   } catch (const StorageError&) {
     return std::nullopt;
   }
@@ -347,7 +383,7 @@ std::optional<OutputIndex> OutputFolder::load_previous_run(
   std::optional<OutputIndex> index;
   bool damaged = false;
   try {
-    index = read_checked_index(dir_);
+    index = read_checked_index(dir_, output_id_);
   } catch (const StorageError& e) {
     spdlog::warn("{}; rebuilding it from the {} shard file(s) in the folder", e.what(),
                  shards.size());

@@ -12,16 +12,21 @@
 #include <vector>
 
 #include "storage/output_index.hpp"
+#include "storage/shard_file_name.hpp"
 
 namespace precompute {
 
 // The lock file in the output folder; it holds the pid of the run that has the lock.
 inline constexpr std::string_view kLockFileName = ".precompute.lock";
+// A rank folder's record of the rank and a merged output's job summary (storage/job_ranks.hpp).
+inline constexpr std::string_view kRankRecordFileName = "rank.json";
+inline constexpr std::string_view kJobSummaryFileName = "job.json";
 
 struct OutputFolderOptions {
-  // Accept a folder that holds files precompute did not write and no earlier run of it (for
-  // --overwrite, which still removes only precompute's own files). Without it such a folder is
-  // refused: it is most likely a wrong --output.
+  // Accept a folder that holds files with names precompute does not make and no earlier run of
+  // it (for --overwrite, which still removes only precompute's own files; for merge, whose
+  // folder holds ranks/). Without it such a folder is refused: it is most likely a wrong
+  // --output. Files with the tool's names must carry the folder's output id either way.
   bool allow_foreign = false;
   // The pid that other runs name when this one holds the lock: the process a person should
   // signal to stop the run (the supervisor, not the child it restarts). 0: this process.
@@ -30,10 +35,12 @@ struct OutputFolderOptions {
 
 class OutputFolder {
  public:
-  // Creates `dir` (and parents), takes its lock and writes a probe file. Throws
-  // OutputLockedError naming the holder's pid when another run has the lock, OutputFolderError
-  // when the folder cannot be created or written, or holds other files and no earlier run
-  // (unless options.allow_foreign). Deletes nothing.
+  // Creates `dir` (and parents), takes its lock, proves that every file with one of the tool's
+  // names carries one output id, the index's (Note [Proving a file is ours] in output_id.cpp), and
+  // writes a probe file. Throws OutputLockedError naming the holder's pid when another run has
+  // the lock; OutputFolderError when the folder cannot be created or written, holds a file with
+  // one of the tool's names that the tool cannot prove it wrote there (naming it), or holds
+  // other files and no earlier run (unless options.allow_foreign). Deletes nothing.
   static OutputFolder open(const std::filesystem::path& dir, const OutputFolderOptions& options);
 
   OutputFolder(OutputFolder&& other) noexcept;
@@ -43,6 +50,9 @@ class OutputFolder {
   ~OutputFolder();  // releases the lock (the kernel does too when the process dies)
 
   const std::filesystem::path& path() const { return dir_; }
+  // The output id that the files of the earlier output in the folder carry (its index's, or the
+  // one its files agree on); empty when the folder holds none.
+  const std::string& output_id() const { return output_id_; }
 
   // Removes every file precompute wrote here (index, shards, temporary files, journals);
   // nothing else in the folder is touched. For --overwrite.
@@ -78,15 +88,17 @@ class OutputFolder {
 
   std::filesystem::path dir_;
   int lock_fd_ = -1;
+  std::string output_id_;
 };
 
-// True for the files a run writes into its output folder (shards, index, the one-file view,
-// temporary files, journals; not the lock file, which must outlive a --overwrite). Only these are ever deleted.
+// True for the files a run writes into its output folder (shards, index, the one-file view, a
+// merge's job.json, temporary files, journals; not the lock file, which must outlive a
+// --overwrite, nor a rank's rank.json, which a rank keeps across one). Only these are ever
+// deleted, and only once proven (OutputFolder::open).
 bool is_run_file(const std::filesystem::path& file);
 
-// True for a shard file name as the writer makes it: "shard-" then six or more digits, ".h5"
-// (shard_file_name in storage/shard_writer.hpp). Nothing else, so a user's
-// shard-final-results.h5 is never taken for one.
-bool is_shard_file_name(std::string_view name);
+// True for the names of the files that carry the folder's output id: shards, index.json,
+// dataset.h5, job.json. (rank.json lives only in the rank folders the tool makes.)
+bool is_marked_file_name(std::string_view name);
 
 }  // namespace precompute

@@ -14,6 +14,8 @@
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/sha256.hpp"
 #include "storage/atomic_file.hpp"
+#include "storage/output_id.hpp"
+#include "storage/shard_file_name.hpp"
 #include "storage/shard_schema.hpp"
 
 namespace precompute {
@@ -67,21 +69,11 @@ Json entry_to_json(const IndexEntry& entry, const ShardMeta& meta) {
   };
 }
 
-// The checksum of index.json: a SHA-256 over the records a resume trusts (fingerprint, input
-// identity, every shard's range, counts and hash), in a fixed text form independent of how the
-// JSON is formatted.
-std::string records_checksum(const OutputIndex& index) {
-  Sha256 hash;
-  hash.update(detail::concat(index.meta.config_fingerprint, '\n', index.total_samples, '\n',
-                             index.input_samples, '\n', index.input_sha256, '\n'));
-  for (const auto& e : index.shards) {
-    std::string line = detail::concat(e.file, ' ', e.shard_index, ' ', e.first_seq, ' ',
-                                      e.seq_count, ' ', e.num_samples, ' ', e.num_failures, ' ',
-                                      e.failed_samples, ' ', e.bytes, ' ', e.sha256);
-    for (const auto count : e.modality_counts) line += detail::concat(' ', count);
-    hash.update(line + "\n");
-  }
-  return hash.hex_digest();
+// The checksum of index.json: a SHA-256 over every other field, as compact JSON in the file's
+// order (so an edit of any field, a modality's dim as much as a shard's hash, is found), with
+// the same replacement of bytes that are not UTF-8 as the file itself (write_index()).
+std::string fields_checksum(const Json& fields) {
+  return sha256_hex(fields.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 }  // namespace
@@ -122,8 +114,17 @@ Json index_to_json(const OutputIndex& index) {
     total_samples_embedded += entry.num_samples;
     total_failures += entry.num_failures;
   }
-  return {
+  Json rank = nullptr;
+  if (index.rank) {
+    rank = {{"rank", index.rank->rank},
+            {"world_size", index.rank->world_size},
+            {"first_seq", index.rank->first_seq},
+            {"end_seq", index.rank->end_seq}};
+  }
+  Json fields = {
       {"format", kIndexFormat},
+      // Second, so that it sits in the file's first bytes (Note [Proving a file is ours]).
+      {"output_id", meta.output_id},
       {"format_version", kIndexFormatVersion},
       {"tool_version", meta.tool_version},
       {"config_fingerprint", meta.config_fingerprint},
@@ -139,8 +140,17 @@ Json index_to_json(const OutputIndex& index) {
       {"shards", std::move(shards)},
       // Derived from "shards"; checked when the index is read.
       {"totals", {{"samples", total_samples_embedded}, {"failures", total_failures}}},
-      {"checksum", records_checksum(index)},
+      {"rank", std::move(rank)},
   };
+  fields["checksum"] = fields_checksum(fields);
+  return fields;
+}
+
+std::string index_text(const OutputIndex& index) {
+  // Paths (the input, the encoders) are bytes, and JSON cannot hold bytes that are not UTF-8:
+  // they become U+FFFD here. Nothing is read back from those fields to find a file, and a
+  // resume compares hashes, not paths.
+  return index_to_json(index).dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 // Reads index.json's fields with their types checked; every problem throws StorageError naming
@@ -229,6 +239,12 @@ IndexEntry IndexParser::parse_entry(const Json& object, const std::string& where
   if (!object.is_object()) damaged(detail::concat("'", where, "' is not an object"));
   IndexEntry entry;
   entry.file = string_field(object, where, "file");
+  // A name that is not exactly a shard's (a path, "..") would make a reader open, and a resume
+  // delete, a file elsewhere.
+  if (!is_shard_file_name(entry.file)) {
+    damaged(detail::concat("'", field_path(where, "file"), "' is '", entry.file,
+                           "', which is not a shard file name (shard-NNNNNN-HHHHHHHH.h5)"));
+  }
   entry.shard_index = count_field(object, where, "shard_index");
   entry.first_seq = count_field(object, where, "first_seq");
   entry.seq_count = count_field(object, where, "seq_count");
@@ -268,6 +284,10 @@ OutputIndex IndexParser::parse(const std::string& text) {
 
   OutputIndex index;
   ShardMeta& meta = index.meta;
+  meta.output_id = string_field(root, "", "output_id");
+  if (!is_output_id(meta.output_id)) {
+    damaged(detail::concat("'output_id' is '", meta.output_id, "', not an output id"));
+  }
   meta.tool_version = string_field(root, "", "tool_version");
   meta.config_fingerprint = string_field(root, "", "config_fingerprint");
   if (!root.contains("config")) damaged("'config' is missing");
@@ -318,8 +338,25 @@ OutputIndex IndexParser::parse(const std::string& text) {
       count_field(totals, "totals", "failures") != total_failures) {
     damaged("'totals' do not match the sums over 'shards'");
   }
-  if (string_field(root, "", "checksum") != records_checksum(index)) {
-    damaged("its checksum does not match its records");
+  if (!root.contains("rank")) damaged("'rank' is missing");
+  if (!root.at("rank").is_null()) {
+    const Json& rank = field(root, "", "rank", &Json::is_object, "an object or null");
+    IndexRank r;
+    r.rank = count_field(rank, "rank", "rank");
+    r.world_size = count_field(rank, "rank", "world_size");
+    r.first_seq = count_field(rank, "rank", "first_seq");
+    r.end_seq = count_field(rank, "rank", "end_seq");
+    if (r.world_size == 0 || r.rank >= r.world_size || r.first_seq > r.end_seq ||
+        r.end_seq > index.total_samples) {
+      damaged("'rank' is not a rank's part of the input");
+    }
+    index.rank = r;
+  }
+  const std::string checksum = string_field(root, "", "checksum");
+  Json fields = root;
+  fields.erase("checksum");
+  if (checksum != fields_checksum(fields)) {
+    damaged("its checksum does not match its fields (the file was damaged or edited)");
   }
   return index;
 }
@@ -357,16 +394,15 @@ std::string committed_shard_problem(const std::filesystem::path& output_dir,
   return {};
 }
 
-void write_index(const std::filesystem::path& output_dir, const OutputIndex& index) {
+std::string write_index(const std::filesystem::path& output_dir, const OutputIndex& index) {
   crash_point("before-index");
-  // Paths (the input, the encoders) are bytes, and JSON cannot hold bytes that are not UTF-8:
-  // they become U+FFFD here. Nothing is read back from those fields to find a file, and a
-  // resume compares hashes, not paths.
-  write_file_atomically(output_dir / kIndexFileName,
-                        index_to_json(index).dump(2, ' ', false, Json::error_handler_t::replace) +
-                            "\n");
+  const std::string text = index_text(index);
+  write_file_atomically(output_dir / kIndexFileName, text);
   crash_point("after-index");
+  return sha256_hex(text);
 }
+
+std::string index_sha256(const OutputIndex& index) { return sha256_hex(index_text(index)); }
 
 std::optional<OutputIndex> read_index(const std::filesystem::path& output_dir) {
   const path file = output_dir / kIndexFileName;

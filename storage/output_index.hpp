@@ -29,8 +29,16 @@ struct IndexEntry {
   std::string sha256;
 };
 
+// The part of a split job's input that a rank folder covers (docs/distributed.md).
+struct IndexRank {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t first_seq = 0;
+  int64_t end_seq = 0;
+};
+
 struct OutputIndex {
-  ShardMeta meta;             // modalities, dtype, fingerprint
+  ShardMeta meta;             // output id, modalities, dtype, fingerprint
   int64_t total_samples = 0;  // samples in the input
   int64_t shard_size = 0;
   std::string input;               // manifest or folder path, for the record
@@ -40,6 +48,13 @@ struct OutputIndex {
   int64_t input_samples = -1;
   std::string input_sha256;
   std::vector<IndexEntry> shards;  // ascending first_seq, ranges disjoint
+  // Set in a rank folder: the shards cover [first_seq, end_seq) of the job's input, not all of
+  // it.
+  std::optional<IndexRank> rank;
+
+  // The input positions a finished output covers: its rank's span, or [0, total_samples).
+  int64_t covers_first() const { return rank ? rank->first_seq : 0; }
+  int64_t covers_end() const { return rank ? rank->end_seq : total_samples; }
 };
 
 inline constexpr std::string_view kIndexFileName = "index.json";
@@ -57,15 +72,21 @@ IndexEntry index_entry_for(const ShardContents& contents);
 std::string committed_shard_problem(const std::filesystem::path& output_dir,
                                     const IndexEntry& entry);
 
-// Writes `index` to DIR/index.json atomically, with a checksum over the records it holds so
-// that a damaged file is detected even where it still parses. Throws StorageError.
-void write_index(const std::filesystem::path& output_dir, const OutputIndex& index);
+// Writes `index` to DIR/index.json atomically, with a checksum over everything it holds so that
+// a damaged or edited file is detected even where it still parses. Returns index_sha256() of
+// what it wrote. Throws StorageError.
+std::string write_index(const std::filesystem::path& output_dir, const OutputIndex& index);
+
+// The SHA-256 of the index.json that write_index() writes for `index`: the files derived from
+// an index (dataset.h5, job.json) record it, so that one built from another index is found.
+std::string index_sha256(const OutputIndex& index);
 
 // output.keep_columns of a recorded config (full_config_json(), as index.json and every shard
 // keep it); empty when it names none or cannot be parsed.
 std::vector<std::string> kept_columns_of_config(const std::string& config_json);
 // Reads DIR/index.json; std::nullopt when there is none. Throws StorageError when it is damaged
-// (not JSON, a field missing or of the wrong type, ranges out of order, checksum mismatch).
+// (not JSON, a field missing or of the wrong type, ranges out of order, a shard file name that
+// is not one (a path, ".."), checksum mismatch).
 std::optional<OutputIndex> read_index(const std::filesystem::path& output_dir);
 
 }  // namespace precompute

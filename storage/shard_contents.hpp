@@ -30,6 +30,7 @@ struct ModalitySchema {
 // Settings shared by every shard of a run.
 struct ShardMeta {
   std::string tool_version;
+  std::string output_id;           // the output folder's (storage/output_id.hpp)
   std::string config_fingerprint;  // sha256 of semantic_config_json()
   std::string config_json;         // full_config_json()
   StorageDtype dtype = StorageDtype::kFloat16;

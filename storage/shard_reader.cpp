@@ -156,6 +156,9 @@ void ShardFileReader::open_and_check_format() {
 
 void ShardFileReader::read_root_attributes(ShardFile& shard) {
   ShardMeta& meta = shard.meta;
+  if (h5_check(H5Aexists(h5_file_.get(), schema::kOutputIdAttr), "H5Aexists", file_) > 0) {
+    meta.output_id = read_string_attribute("/", schema::kOutputIdAttr);
+  }
   meta.tool_version = read_string_attribute("/", schema::kToolVersionAttr);
   meta.config_fingerprint = read_string_attribute("/", schema::kConfigFingerprintAttr);
   meta.config_json = read_string_attribute("/", schema::kConfigAttr);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/modality.hpp"
 #include "storage/h5_handle.hpp"
 #include "storage/shard_schema.hpp"
 
@@ -73,6 +74,9 @@ class ShardScanner {
                                "H5Oopen " + object_path, file_);
       read_attributes(object_path);
       if (H5Iget_type(object.get()) == H5I_DATASET) read_dataset(object.get(), object_path);
+      if (const auto m = parse_modality(name); m && H5Iget_type(object.get()) == H5I_GROUP) {
+        read_modality_attributes(*m, object_path);
+      }
     }
     return std::move(scan_);
   }
@@ -82,28 +86,59 @@ class ShardScanner {
     const hid_t root = h5_file_.get();
     PC_CHECK(h5_check(H5Aexists(root, schema::kFormatAttr), "H5Aexists", file_) > 0, StorageError,
              file_, " is not a precompute shard: it has no '", schema::kFormatAttr, "' attribute");
-    scan_.shard_index = read_int64_attribute(schema::kShardIndexAttr);
-    scan_.first_seq = read_int64_attribute(schema::kFirstSeqAttr);
-    scan_.seq_count = read_int64_attribute(schema::kSeqCountAttr);
-    if (h5_check(H5Aexists(root, schema::kInputSha256Attr), "H5Aexists", file_) > 0) {
-      H5Handle attribute =
-          h5_own(H5Aopen(root, schema::kInputSha256Attr, H5P_DEFAULT), "H5Aopen", file_);
-      H5Handle type = make_utf8_string_type(file_);
-      char* value = nullptr;
-      h5_check(H5Aread(attribute.get(), type.get(), &value),
-               detail::concat("H5Aread /", schema::kInputSha256Attr), file_);
-      scan_.input_sha256 = value ? value : "";
-      H5free_memory(value);
-    }
+    scan_.output_id = read_text_attribute("/", schema::kOutputIdAttr);
+    scan_.config_fingerprint = read_text_attribute("/", schema::kConfigFingerprintAttr);
+    scan_.storage_dtype = read_text_attribute("/", schema::kStorageDtypeAttr);
+    scan_.shard_index = read_int64_attribute("/", schema::kShardIndexAttr);
+    scan_.first_seq = read_int64_attribute("/", schema::kFirstSeqAttr);
+    scan_.seq_count = read_int64_attribute("/", schema::kSeqCountAttr);
+    scan_.input_sha256 = read_text_attribute("/", schema::kInputSha256Attr);
   }
 
-  int64_t read_int64_attribute(const char* name) {
-    H5Handle attribute = h5_own(H5Aopen(h5_file_.get(), name, H5P_DEFAULT),
-                                detail::concat("H5Aopen /", name), file_);
+  void read_modality_attributes(Modality m, const std::string& group) {
+    ScannedModality& out = scan_.modalities[modality_index(m)].emplace();
+    out.dim = read_int64_attribute(group, schema::kDimAttr);
+    out.layout = read_text_attribute(group, schema::kLayoutAttr);
+    out.dtype = read_text_attribute(group, schema::kDtypeAttr);
+    out.encoder = read_text_attribute(group, schema::kEncoderAttr);
+    out.encoder_sha256 = read_text_attribute(group, schema::kEncoderSha256Attr);
+    out.pooling = read_text_attribute(group, schema::kPoolingAttr);
+    out.preprocessing = read_text_attribute(group, schema::kPreprocessingAttr);
+  }
+
+  bool has_attribute(const std::string& object_path, const char* name) {
+    return h5_check(H5Aexists_by_name(h5_file_.get(), object_path.c_str(), name, H5P_DEFAULT),
+                    detail::concat("H5Aexists ", object_path, "@", name), file_) > 0;
+  }
+
+  int64_t read_int64_attribute(const std::string& object_path, const char* name) {
+    const std::string what = detail::concat(object_path, "@", name);
+    H5Handle attribute =
+        h5_own(H5Aopen_by_name(h5_file_.get(), object_path.c_str(), name, H5P_DEFAULT, H5P_DEFAULT),
+               "H5Aopen " + what, file_);
     int64_t value = 0;
-    h5_check(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), detail::concat("H5Aread /", name),
-             file_);
+    h5_check(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), "H5Aread " + what, file_);
     return value;
+  }
+
+  // A variable-length string attribute's text; "" when the object has no such attribute.
+  std::string read_text_attribute(const std::string& object_path, const char* name) {
+    if (!has_attribute(object_path, name)) return {};
+    const std::string what = detail::concat(object_path, "@", name);
+    H5Handle attribute =
+        h5_own(H5Aopen_by_name(h5_file_.get(), object_path.c_str(), name, H5P_DEFAULT, H5P_DEFAULT),
+               "H5Aopen " + what, file_);
+    H5Handle stored = h5_own(H5Aget_type(attribute.get()), "H5Aget_type " + what, file_);
+    PC_CHECK(H5Tget_class(stored.get()) == H5T_STRING &&
+                 h5_check(H5Tis_variable_str(stored.get()), "H5Tis_variable_str", file_) > 0,
+             StorageError, "shard ", file_, " is damaged: attribute ", what,
+             " is not a variable-length string");
+    H5Handle type = make_utf8_string_type(file_);
+    char* value = nullptr;
+    h5_check(H5Aread(attribute.get(), type.get(), &value), "H5Aread " + what, file_);
+    std::string text = value ? value : "";
+    H5free_memory(value);
+    return text;
   }
 
   // Reads every attribute of the object at `object_path` in full.
@@ -204,6 +239,9 @@ class ShardScanner {
         std::max<hsize_t>(1, kScanBlockBytes / (row_bytes * static_cast<size_t>(chunk_rows)));
     const hsize_t block_rows = chunk_rows * chunks_per_block;
 
+    // Note [Digests of string datasets] in shard_schema.hpp.
+    const bool strings = variable && H5Tget_class(file_type.get()) == H5T_STRING;
+    schema::StringsDigest digest;
     std::vector<unsigned char> buffer;
     for (hsize_t start = 0; start < rows; start += block_rows) {
       const hsize_t count = std::min(block_rows, rows - start);
@@ -230,9 +268,28 @@ class ShardScanner {
                        buffer.data()),
                detail::concat("reading rows ", start, "-", start + count - 1, " of ", what), file_);
       keep_block(keep, buffer, elements);
+      if (strings) {
+        for (size_t i = 0; i < elements; ++i) {
+          const char* value = nullptr;
+          std::memcpy(&value, buffer.data() + i * sizeof(char*), sizeof(char*));
+          digest.add(value ? std::string_view(value) : std::string_view());
+        }
+      }
       scan_.bytes_read += buffer.size();
     }
     ++scan_.datasets_read;
+    if (strings) {
+      const std::string recorded = read_text_attribute(object_path, schema::kStringsSha256Attr);
+      if (recorded.empty()) {
+        scan_.digest_problems.push_back(
+            detail::concat(object_path, " carries no ", schema::kStringsSha256Attr,
+                           " attribute (a shard of an older precompute, or not one of ours)"));
+      } else if (recorded != digest.hex()) {
+        scan_.digest_problems.push_back(detail::concat(
+            object_path, " does not match its ", schema::kStringsSha256Attr,
+            " attribute: a stored string changed since it was written"));
+      }
+    }
   }
 
   void keep_block(Keep keep, const std::vector<unsigned char>& buffer, size_t elements) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,22 @@
 
 namespace precompute {
 
+// A modality group's attributes, as the shard states them.
+struct ScannedModality {
+  int64_t dim = 0;
+  std::string layout;
+  std::string dtype;
+  std::string encoder;
+  std::string encoder_sha256;
+  std::string pooling;
+  std::string preprocessing;
+};
+
 struct ShardScan {
   // Root attributes.
+  std::string output_id;
+  std::string config_fingerprint;
+  std::string storage_dtype;
   int64_t shard_index = 0;
   int64_t first_seq = 0;
   int64_t seq_count = 0;
@@ -29,6 +44,10 @@ struct ShardScan {
   std::vector<int64_t> failure_seqs;              // /failures/seq
   std::vector<std::string> failure_ids;           // /failures/id
   std::array<int64_t, kNumModalities> present{};  // rows of /<modality>/present that are set
+  std::array<std::optional<ScannedModality>, kNumModalities> modalities;  // groups present
+  // String datasets whose rows do not hash to their `sha256` attribute, or that have none
+  // (Note [Digests of string datasets] in shard_schema.hpp), each with why.
+  std::vector<std::string> digest_problems;
   // Rows of each kept column, /columns/<name> (read end to end like every dataset), by name.
   std::map<std::string, int64_t> column_rows;
 

@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "pipeline/core/config.hpp"
+#include "pipeline/core/sha256.hpp"
 
 namespace precompute::shard_schema {
 
@@ -17,6 +19,8 @@ inline constexpr int64_t kShardFormatVersion = 1;
 
 // Attributes of the root group "/".
 inline constexpr char kFormatAttr[] = "format";
+// The folder's output id (storage/output_id.hpp), the mark that proves the file is the tool's.
+inline constexpr char kOutputIdAttr[] = "output_id";
 inline constexpr char kFormatVersionAttr[] = "format_version";
 inline constexpr char kToolVersionAttr[] = "tool_version";
 inline constexpr char kConfigFingerprintAttr[] = "config_fingerprint";
@@ -28,6 +32,33 @@ inline constexpr char kSeqCountAttr[] = "seq_count";
 // SHA-256 of the input samples of the shard's range (ids, paths, captions), so that an index
 // rebuilt from the shards can tell a shard of an edited input (absent in older shards).
 inline constexpr char kInputSha256Attr[] = "input_sha256";
+
+// Note [Digests of string datasets]
+// HDF5 can checksum only datasets of fixed-size elements (Fletcher-32, checked on every read);
+// variable-length strings (/ids, /columns/<name>, the failure records) live in the global heap,
+// where a flipped byte reads back as another id or label without an error. So each string
+// dataset carries an attribute `sha256`: SHA-256 over every row's length in bytes (8 bytes,
+// little-endian) and its bytes, in row order. `precompute verify` and the Python reader check
+// it; plain h5py does not (docs/format.md).
+inline constexpr char kStringsSha256Attr[] = "sha256";
+
+class StringsDigest {
+ public:
+  void add(std::string_view value) {
+    uint64_t size = value.size();
+    unsigned char length[8];
+    for (unsigned char& byte : length) {
+      byte = static_cast<unsigned char>(size & 0xff);
+      size >>= 8;
+    }
+    hash_.update(length, sizeof(length));
+    hash_.update(value);
+  }
+  std::string hex() { return hash_.hex_digest(); }
+
+ private:
+  Sha256 hash_;
+};
 
 // Datasets of the root group: one row per sample that has at least one embedding.
 inline constexpr char kIdsDataset[] = "ids";

@@ -16,6 +16,7 @@
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/sha256.hpp"
 #include "storage/atomic_file.hpp"
+#include "storage/shard_file_name.hpp"
 #include "storage/fletcher32.hpp"
 #include "storage/float16.hpp"
 #include "storage/h5_handle.hpp"
@@ -363,6 +364,9 @@ class ShardImageBuilder {
 
   Group create_group(const Group& parent, std::string_view name);
   void write_attribute(const Group& group, const char* name, std::string_view value);
+  // `attribute_path` names the attribute in messages.
+  void write_attribute(hid_t object, const std::string& attribute_path, const char* name,
+                       std::string_view value);
   void write_attribute(const Group& group, const char* name, int64_t value);
   template <class T>
   void write_column(const Group& group, const char* name, const std::vector<T>& values) {
@@ -384,9 +388,9 @@ class ShardImageBuilder {
   void write_chunks(hid_t dataset, std::array<hsize_t, 2> shape, hsize_t chunk_rows,
                     size_t row_bytes, const void* data, const std::string& operation);
   // A chunked dataset of `shape` (rows, or rows x columns when columns > 0), growable in rows.
-  void write_dataset(const Group& group, const char* name, std::array<hsize_t, 2> shape,
-                     hid_t file_type, hid_t memory_type, const void* data,
-                     hid_t link_properties = H5P_DEFAULT);
+  H5Handle write_dataset(const Group& group, const char* name, std::array<hsize_t, 2> shape,
+                         hid_t file_type, hid_t memory_type, const void* data,
+                         hid_t link_properties = H5P_DEFAULT);
   H5Handle object_creation_properties(hid_t property_class, std::string_view what);
 
   const ShardMeta& meta_;
@@ -448,6 +452,9 @@ void ShardImageBuilder::build(const ShardContents& contents, std::string& image)
 
 void ShardImageBuilder::write_root(const Group& root, const ShardContents& contents) {
   write_attribute(root, schema::kFormatAttr, schema::kShardFormat);
+  // First after the format, so that it sits in the file's first bytes (Note [Proving a file is
+  // ours] in storage/output_id.cpp).
+  write_attribute(root, schema::kOutputIdAttr, meta_.output_id);
   write_attribute(root, schema::kFormatVersionAttr, schema::kShardFormatVersion);
   write_attribute(root, schema::kToolVersionAttr, meta_.tool_version);
   write_attribute(root, schema::kConfigFingerprintAttr, meta_.config_fingerprint);
@@ -557,13 +564,18 @@ Group ShardImageBuilder::create_group(const Group& parent, std::string_view name
 
 void ShardImageBuilder::write_attribute(const Group& group, const char* name,
                                         std::string_view value) {
-  const std::string operation = "writing attribute " + group.child(name);
+  write_attribute(group.handle.get(), group.child(name), name, value);
+}
+
+void ShardImageBuilder::write_attribute(hid_t object, const std::string& attribute_path,
+                                        const char* name, std::string_view value) {
+  const std::string operation = "writing attribute " + attribute_path;
   const std::string text(value);
   const char* pointer = text.c_str();
   H5Handle space = h5_own(H5Screate(H5S_SCALAR), operation, target_);
-  H5Handle attribute = h5_own(H5Acreate2(group.handle.get(), name, string_type_.get(), space.get(),
-                                         H5P_DEFAULT, H5P_DEFAULT),
-                              operation, target_);
+  H5Handle attribute = h5_own(
+      H5Acreate2(object, name, string_type_.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+      operation, target_);
   h5_check(H5Awrite(attribute.get(), string_type_.get(), &pointer), operation, target_);
 }
 
@@ -581,9 +593,16 @@ void ShardImageBuilder::write_strings(const Group& group, const char* name,
                                       hid_t link_properties) {
   std::vector<const char*> pointers;
   pointers.reserve(values.size());
-  for (const std::string& value : values) pointers.push_back(value.c_str());
-  write_dataset(group, name, {values.size(), 0}, string_type_.get(), string_type_.get(),
-                pointers.data(), link_properties);
+  schema::StringsDigest digest;
+  for (const std::string& value : values) {
+    pointers.push_back(value.c_str());
+    digest.add(value);
+  }
+  const H5Handle dataset = write_dataset(group, name, {values.size(), 0}, string_type_.get(),
+                                         string_type_.get(), pointers.data(), link_properties);
+  // Note [Digests of string datasets]
+  write_attribute(dataset.get(), group.child(name) + "@" + schema::kStringsSha256Attr,
+                  schema::kStringsSha256Attr, digest.hex());
 }
 
 void ShardImageBuilder::write_embedding_rows(const Group& group, const char* name,
@@ -627,10 +646,10 @@ void ShardImageBuilder::write_pooled_rows(const Group& group, const ModalitySche
                 float16_type_.get(), rows.data());
 }
 
-void ShardImageBuilder::write_dataset(const Group& group, const char* name,
-                                      std::array<hsize_t, 2> shape, hid_t file_type,
-                                      hid_t memory_type, const void* data,
-                                      hid_t link_properties) {
+H5Handle ShardImageBuilder::write_dataset(const Group& group, const char* name,
+                                          std::array<hsize_t, 2> shape, hid_t file_type,
+                                          hid_t memory_type, const void* data,
+                                          hid_t link_properties) {
   const std::string operation = "writing dataset " + group.child(name);
   const int rank = shape[1] > 0 ? 2 : 1;
   // Growable rows give every dataset, even one of 0 rows, a valid chunk shape (chunk dimensions
@@ -649,8 +668,9 @@ void ShardImageBuilder::write_dataset(const Group& group, const char* name,
   // A checksum per chunk, verified by HDF5 on every read: a bit flipped in stored data fails the
   // read instead of giving a wrong vector, which matters where nothing else checks the file (an
   // index rebuilt from the shards; a trainer reading a shard copied elsewhere).
-  // (HDF5 filters only fixed-size types: variable-length strings, the ids and failure records,
-  // live in the global heap; ids are checked against the input instead.)
+  // (HDF5 filters only fixed-size types: variable-length strings, the ids, kept columns and
+  // failure records, live in the global heap, and carry a digest attribute instead: Note
+  // [Digests of string datasets].)
   const bool variable_length =
       H5Tget_class(file_type) == H5T_VLEN || H5Tis_variable_str(file_type) > 0;
   if (!variable_length) h5_check(H5Pset_fletcher32(properties.get()), operation, target_);
@@ -658,13 +678,14 @@ void ShardImageBuilder::write_dataset(const Group& group, const char* name,
                                        link_properties, properties.get(), H5P_DEFAULT),
                             operation, target_);
   if (shape[0] == 0)
-    return;  // nothing to write, and HDF5 rejects the null buffer of an empty vector
+    return dataset;  // nothing to write, and HDF5 rejects the null buffer of an empty vector
   if (!variable_length && h5_check(H5Tequal(file_type, memory_type), operation, target_) > 0) {
     write_chunks(dataset.get(), shape, chunk_rows, row_bytes, data, operation);
-    return;
+    return dataset;
   }
   h5_check(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), operation,
            target_);
+  return dataset;
 }
 
 // Note [Chunks written whole]
@@ -699,10 +720,6 @@ void ShardImageBuilder::write_chunks(hid_t dataset, std::array<hsize_t, 2> shape
 
 }  // namespace
 
-std::string shard_file_name(int64_t shard_index) {
-  return fmt::format("shard-{:06d}.h5", shard_index);
-}
-
 ShardWriter::ShardWriter(std::filesystem::path output_dir, ShardMeta meta)
     : output_dir_(std::move(output_dir)),
       meta_(std::move(meta)),
@@ -733,7 +750,8 @@ std::string ShardWriter::build(const ShardContents& contents) const {
 }
 
 void ShardWriter::build(const ShardContents& contents, std::string& image) const {
-  const path target = output_dir_ / shard_file_name(contents.shard_index);
+  // Errors name the shard by its index: its file name comes from its bytes.
+  const path target = output_dir_ / fmt::format("shard-{:06d}", contents.shard_index);
   validate_contents(meta_, contents, target);
   const std::lock_guard lock(hdf5_lock());  // Note [One thread in HDF5]
   disable_hdf5_error_printing();
@@ -741,20 +759,23 @@ void ShardWriter::build(const ShardContents& contents, std::string& image) const
 }
 
 // Note [Hashing while the shard is written]
-// The commit thread wrote the image (temporary file, fsync, rename, folder fsync) and then
-// hashed it: two steps of about the same length one after the other (shard_bench: SHA-256 of a
-// 12.7 MB shard about 10 ms at 1.2 GB/s, the writing about 7 ms on the development machine),
-// where the writing mostly waits for the disk. The image is in memory and does not change, so
-// it is hashed on a thread of its own while it is written; the digest is recorded (in the
-// index, by the caller) only once the file is durable, as before.
+// Writing the image and hashing it take about as long (shard_bench: SHA-256 of a 12.7 MB shard
+// about 10 ms at 1.2 GB/s, the writing about 7 ms on the development machine), and the writing
+// mostly waits for the disk. The image is in memory and does not change, so it is hashed on a
+// thread of its own while the temporary file is written and synced; the name, which holds the
+// hash (Note [Shard files named by their bytes] in shard_file_name.cpp), is needed only for the
+// rename that follows.
 CommittedShard ShardWriter::commit(int64_t shard_index, const std::string& image) const {
   CommittedShard committed;
-  committed.file = shard_file_name(shard_index);
   // A write that throws leaves through the future's destructor, which waits for the hash.
   auto digest = std::async(std::launch::async, [&image] { return sha256_hex(image); });
-  write_file_atomically(output_dir_ / committed.file, image);
+  const path written = write_named_file_atomically(
+      output_dir_, fmt::format("shard-{:06d}.h5", shard_index), image, [&] {
+        committed.sha256 = digest.get();
+        return shard_file_name(shard_index, committed.sha256);
+      });
+  committed.file = written.filename().string();
   committed.bytes = image.size();
-  committed.sha256 = digest.get();
   return committed;
 }
 

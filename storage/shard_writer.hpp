@@ -12,16 +12,15 @@
 #include <string>
 
 #include "storage/shard_contents.hpp"
+#include "storage/shard_file_name.hpp"
 
 namespace precompute {
 
 struct CommittedShard {
-  std::string file;  // name inside the output folder, e.g. shard-000012.h5
+  std::string file;  // name inside the output folder: shard_file_name(index, sha256)
   uint64_t bytes = 0;
   std::string sha256;  // of the file's bytes
 };
-
-std::string shard_file_name(int64_t shard_index);
 
 struct ShardBuildBuffers;  // shard_writer.cpp
 
@@ -33,7 +32,7 @@ class ShardWriter {
   ~ShardWriter();
 
   // Validates `contents` against the meta (dims, per-step rows, ascending seqs), builds the
-  // shard and commits it under shard_file_name(contents.shard_index). Throws StorageError naming
+  // shard and commits it under shard_file_name() of its index and bytes. Throws StorageError naming
   // the path on any failure; the output folder then holds no partial shard file.
   CommittedShard write(const ShardContents& contents);
 

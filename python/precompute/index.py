@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -27,6 +28,31 @@ from .errors import (RERUN_FIX, DamagedShardError, FingerprintMismatchError, Mis
 
 PathLike = Union[str, "os.PathLike[str]"]
 CHECKS = ("none", "size", "open", "sha256")
+# A shard's file name (docs/format.md): its index and the first digits of its SHA-256. Any other
+# name in index.json (a path, "..") is a damaged or edited index, never a file to open.
+SHARD_NAME = re.compile(r"shard-\d{6,18}-[0-9a-f]{8}\.h5")
+
+
+def strings_sha256(values) -> str:
+    """The digest a string dataset carries in its `sha256` attribute (docs/format.md): SHA-256
+    over each row's length in bytes (8 bytes, little-endian) and its UTF-8 bytes."""
+    digest = hashlib.sha256()
+    for value in values:
+        raw = value if isinstance(value, bytes) else str(value).encode("utf-8")
+        digest.update(len(raw).to_bytes(8, "little"))
+        digest.update(raw)
+    return digest.hexdigest()
+
+
+def check_strings(shard_path: Path, dataset: h5py.Dataset, values) -> None:
+    """Raises DamagedShardError when `values` (the rows of `dataset`, read whole) do not hash to
+    its `sha256` attribute: HDF5 checksums no variable-length strings, so a flipped byte in an
+    id or a kept column would otherwise read back as another id or label."""
+    recorded = dataset.attrs.get("sha256")
+    if recorded is None or strings_sha256(values) != recorded:
+        raise DamagedShardError(shard_path, f"shard {shard_path}: {dataset.name} does not match "
+                                f"its sha256 attribute ({'missing' if recorded is None else 'a string changed'}); "
+                                f"{RERUN_FIX}")
 
 
 @dataclass(frozen=True)
@@ -53,10 +79,12 @@ class ModalityInfo:
     pooling: str
 
 
-def open_shard(shard: ShardInfo, fingerprint: str) -> h5py.File:
-    """Opens `shard` read-only and checks that it is a precompute shard of the run whose
-    config fingerprint is `fingerprint`; raises DamagedShardError or FingerprintMismatchError
-    naming the shard and the fix."""
+def open_shard(shard: ShardInfo, fingerprint: str, output_id: str = "",
+               modalities: Optional[Dict[str, "ModalityInfo"]] = None) -> h5py.File:
+    """Opens `shard` read-only and checks that it is a precompute shard of the output whose
+    config fingerprint is `fingerprint` (and, given, whose output id is `output_id` and whose
+    modalities' widths and layouts are `modalities`); raises DamagedShardError or
+    FingerprintMismatchError naming the shard and the fix."""
     try:
         f = h5py.File(shard.path, "r")
     except FileNotFoundError:
@@ -77,6 +105,18 @@ def open_shard(shard: ShardInfo, fingerprint: str) -> h5py.File:
                 f"vectors do not mix with the rest of the output. Remove it and rerun "
                 f"`precompute run` with the output's config to redo its range, or read the "
                 f"two runs as separate outputs")
+        if output_id and f.attrs.get("output_id") != output_id:
+            raise FingerprintMismatchError(
+                shard.path, f"shard {shard.path} belongs to another output (output_id "
+                f"{f.attrs.get('output_id')!r} instead of index.json's {output_id}); "
+                f"{RERUN_FIX}")
+        for m in (modalities or {}).values():
+            g = f.get(m.name)
+            if g is None or int(g.attrs.get("dim", -1)) != m.dim or \
+                    g.attrs.get("layout") != m.layout:
+                raise DamagedShardError(shard.path, f"shard {shard.path}: its /{m.name} group "
+                                        f"is not what index.json says (dim {m.dim}, layout "
+                                        f"{m.layout}); {RERUN_FIX}")
         if int(f.attrs.get("first_seq", -1)) != shard.first_seq or len(f["ids"]) != \
                 shard.num_samples:
             raise DamagedShardError(shard.path, f"shard {shard.path} does not hold what "
@@ -121,6 +161,7 @@ class OutputIndex:
                               f"that matches the precompute that wrote it")
         self.raw: dict = raw
         self.config_fingerprint: str = raw["config_fingerprint"]
+        self.output_id: str = raw.get("output_id", "")
         self.storage_dtype: str = raw["storage_dtype"]
         self.total_samples: int = int(raw["total_samples"])
         self.modalities: Dict[str, ModalityInfo] = {
@@ -131,14 +172,22 @@ class OutputIndex:
         output = (raw.get("config") or {}).get("output") or {}
         self.columns: List[str] = [str(c) for c in output.get("keep_columns", [])]
         shards = sorted(raw["shards"], key=lambda s: s["first_seq"])
+        for s in shards:
+            if not isinstance(s.get("file"), str) or not SHARD_NAME.fullmatch(s["file"]):
+                raise OutputError(f"{path} is damaged: it lists a shard file {s.get('file')!r}, "
+                                  f"which is not a shard name; rerun the same `precompute run` "
+                                  f"command to rebuild it from the shards")
         self.shards: List[ShardInfo] = [
             ShardInfo(self.out_dir / s["file"], s["file"], int(s["first_seq"]),
                       int(s["seq_count"]), int(s["num_samples"]), int(s["bytes"]), s["sha256"])
             for s in shards]
         covered = sum(s.seq_count for s in self.shards)
-        if covered != self.total_samples and not allow_incomplete:
+        # A rank folder of a split job covers its span of the input, not all of it.
+        rank = raw.get("rank") or {}
+        wanted = int(rank["end_seq"]) - int(rank["first_seq"]) if rank else self.total_samples
+        if covered != wanted and not allow_incomplete:
             raise OutputError(f"{path}: the committed shards cover {covered} of "
-                              f"{self.total_samples} input positions: the run is in progress or "
+                              f"{wanted} input positions: the run is in progress or "
                               f"was interrupted. Rerun the same `precompute run` command to "
                               f"finish it, or pass allow_incomplete=True to read what is there")
         self.check(check)
@@ -160,7 +209,7 @@ class OutputIndex:
                                         f"index.json says {shard.bytes}: it is truncated or "
                                         f"was changed; {RERUN_FIX}")
             if level in ("open", "sha256"):
-                open_shard(shard, self.config_fingerprint).close()
+                self.open(shard).close()
             if level == "sha256":
                 digest = hashlib.sha256()
                 with open(shard.path, "rb") as f:
@@ -170,6 +219,10 @@ class OutputIndex:
                     raise DamagedShardError(shard.path, f"shard {shard.path}: sha256 "
                                             f"{digest.hexdigest()} differs from index.json's "
                                             f"{shard.sha256}: its bytes changed; {RERUN_FIX}")
+
+    def open(self, shard: ShardInfo) -> h5py.File:
+        """open_shard() with this output's fingerprint, output id and modalities."""
+        return open_shard(shard, self.config_fingerprint, self.output_id, self.modalities)
 
     @property
     def num_samples(self) -> int:
@@ -182,12 +235,13 @@ class OutputIndex:
         shard_of: List[np.ndarray] = []
         rows: List[np.ndarray] = []
         for k, shard in enumerate(self.shards):
-            with open_shard(shard, self.config_fingerprint) as f:
+            with self.open(shard) as f:
                 try:
                     shard_ids = np.asarray(f["ids"][:], dtype=object)
                 except OSError as e:
                     raise DamagedShardError(shard.path, f"reading /ids of {shard.path} "
                                             f"failed ({e}); {RERUN_FIX}") from e
+                check_strings(shard.path, f["ids"], shard_ids)
             ids.append(shard_ids)
             shard_of.append(np.full(len(shard_ids), k, dtype=np.int32))
             rows.append(np.arange(len(shard_ids), dtype=np.int64))

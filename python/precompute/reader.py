@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 
 from .errors import RERUN_FIX, DamagedShardError
-from .index import ModalityInfo, OutputIndex, open_shard
+from .index import ModalityInfo, OutputIndex, check_strings
 
 Item = Dict[str, Any]
 
@@ -74,7 +74,7 @@ class ShardReader:
             self._pid = os.getpid()
         f = self._files.get(k)
         if f is None:
-            f = open_shard(self.index.shards[k], self.index.config_fingerprint)
+            f = self.index.open(self.index.shards[k])
             self._files[k] = f
             while len(self._files) > self.max_open_files:
                 closed, handle = self._files.popitem(last=False)
@@ -97,13 +97,20 @@ class ShardReader:
         30 bytes a sample and modality)."""
         cached = self._rows.get(k)
         if cached is None:
+            path = self.index.shards[k].path
+            ids = f["ids"].asstr()[:]
+            check_strings(path, f["ids"], ids)  # Note [Digests of string datasets]
+            columns = {}
+            for name in self.index.columns:
+                columns[name] = f["columns"][name].asstr()[:]
+                check_strings(path, f["columns"][name], columns[name])
             cached = _ShardRows(
-                ids=f["ids"].asstr()[:],
+                ids=ids,
                 seq=f["seq"][:],
                 present={m.name: f[m.name]["present"][:].astype(bool) for m in self.modalities},
                 offsets={m.name: f[m.name]["offsets"][:] for m in self.modalities
                          if m.layout != "pooled"},
-                columns={name: f["columns"][name].asstr()[:] for name in self.index.columns})
+                columns=columns)
             self._rows[k] = cached
         return cached
 

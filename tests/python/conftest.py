@@ -167,17 +167,26 @@ def failures_by_id(output: Output) -> Dict[str, Dict[str, str]]:
 
 
 def index_checksum(index: dict) -> str:
-    """index.json's checksum: records_checksum of storage/output_index.cpp, as docs/format.md
-    gives it (recomputed as an attacker would)."""
-    text = (f"{index['config_fingerprint']}\n{index['total_samples']}\n"
-            f"{index['input_samples']}\n{index['input_sha256']}\n")
-    for e in index["shards"]:
-        counts = [e["modality_counts"].get(m, 0) for m in ("video", "audio", "text")]
-        text += " ".join(str(v) for v in [e["file"], e["shard_index"], e["first_seq"],
-                                          e["seq_count"], e["num_samples"], e["num_failures"],
-                                          e["failed_samples"], e["bytes"], e["sha256"], *counts])
-        text += "\n"
+    """index.json's checksum as docs/format.md gives it (recomputed as an attacker would): the
+    SHA-256 of the compact JSON text of every other field, in the file's order."""
+    fields = {k: v for k, v in index.items() if k != "checksum"}
+    text = json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+SHARD_NAME = r"shard-\d{6,}-[0-9a-f]{8}\.h5"
+
+
+def shard_path(out: Path, shard_index: int) -> Path:
+    """The file of shard `shard_index` in `out` (shards are named by their index and bytes)."""
+    found = sorted(out.glob(f"shard-{shard_index:06d}-*.h5"))
+    assert len(found) == 1, f"{out}: shard {shard_index} is {found}"
+    return found[0]
+
+
+def shard_name_pattern(shard_index: int) -> str:
+    """A regex for the name of shard `shard_index`, for messages."""
+    return rf"shard-{shard_index:06d}-[0-9a-f]{{8}}\.h5"
 
 
 def pytest_configure(config):

@@ -14,7 +14,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import colour_clip, index_checksum, write_manifest
+from conftest import colour_clip, index_checksum, shard_path, write_manifest
 from test_resume import (  # noqa: F401  (fixtures)
     SHARD_SIZE, assert_media_failed, assert_same_output, committed_shards, dataset, lock_holder,
     oracle, poll, precompute, snapshot)
@@ -177,7 +177,7 @@ def test_an_index_naming_a_file_outside_the_folder_deletes_nothing(precompute, o
     index_file.write_text(json.dumps(index))
     r = precompute.run(out)
     assert victim.read_text() == "not precompute's"
-    assert "which is not a shard name" in r.stderr
+    assert "which is not a shard file name" in r.stderr
     assert_same_output(out, oracle.snap, dataset.ids)
 
 
@@ -283,7 +283,7 @@ def test_rebuilt_index_drops_a_shard_with_a_flipped_bit(precompute, oracle, data
     the wrong vector)."""
     out = tmp_path / "out"
     precompute.run(out)
-    shard = out / "shard-000002.h5"
+    shard = shard_path(out, 2)
     with h5py.File(shard) as f:
         info = f["video/values"].id.get_chunk_info(0)
     data = bytearray(shard.read_bytes())
@@ -291,5 +291,5 @@ def test_rebuilt_index_drops_a_shard_with_a_flipped_bit(precompute, oracle, data
     shard.write_bytes(bytes(data))
     (out / "index.json").unlink()
     r = precompute.run(out)
-    assert "shard-000002.h5 cannot be used to rebuild the index" in r.stderr, r.stderr[-3000:]
+    assert f"{shard.name} cannot be used to rebuild the index" in r.stderr, r.stderr[-3000:]
     assert_same_output(out, oracle.snap, dataset.ids)

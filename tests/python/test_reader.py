@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from conftest import ROOT, ffmpeg, read_output, run_precompute, write_manifest
+from conftest import ROOT, ffmpeg, read_output, run_precompute, shard_path, write_manifest
 
 import precompute
 from precompute import (DamagedShardError, FingerprintMismatchError, MissingShardError,
@@ -214,39 +214,40 @@ def test_lookup_ids_and_split_file(output, expected, tmp_path):
 
 def test_missing_shard_fails_naming_it(output, tmp_path):
     copy = copy_output(output, tmp_path)
-    (copy / "shard-000002.h5").unlink()
-    with pytest.raises(MissingShardError, match=r"shard-000002\.h5.*precompute run") as e:
+    missing = shard_path(copy, 2)
+    missing.unlink()
+    with pytest.raises(MissingShardError, match=rf"{missing.name}.*precompute run") as e:
         ShardDataset(copy)
-    assert e.value.shard.endswith("shard-000002.h5")
+    assert e.value.shard.endswith(missing.name)
 
 
 def test_truncated_shard_fails_naming_it(output, tmp_path):
     copy = copy_output(output, tmp_path)
-    shard = copy / "shard-000001.h5"
+    shard = shard_path(copy, 1)
     shard.write_bytes(shard.read_bytes()[:20000])
-    with pytest.raises(DamagedShardError, match=r"shard-000001\.h5 has 20000 bytes"):
+    with pytest.raises(DamagedShardError, match=rf"{shard.name} has 20000 bytes"):
         ShardDataset(copy)
     unchecked = ShardDataset(copy, check="none")  # HDF5 itself refuses it when it is opened
-    with pytest.raises(DamagedShardError, match=r"shard-000001\.h5 cannot be opened by HDF5"):
+    with pytest.raises(DamagedShardError, match=rf"{shard.name} cannot be opened by HDF5"):
         [unchecked[i] for i in range(len(unchecked))]
 
 
 def test_flipped_bytes_fail_the_read_naming_the_shard(output, tmp_path):
     copy = copy_output(output, tmp_path)
-    shard = copy / "shard-000003.h5"
+    shard = shard_path(copy, 3)
     with h5py.File(shard, "r") as f:
         offset = f["text/values"].id.get_chunk_info(0).byte_offset
     data = bytearray(shard.read_bytes())
     data[offset + 3] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(DamagedShardError, match=r"shard-000003\.h5: sha256"):
+    with pytest.raises(DamagedShardError, match=rf"{shard.name}: sha256"):
         ShardDataset(copy, check="sha256")
     dataset = ShardDataset(copy)  # same size: only the Fletcher-32 checksums catch it
-    with pytest.raises(DamagedShardError, match=r"reading shard .*shard-000003\.h5 failed"):
+    with pytest.raises(DamagedShardError, match=rf"reading shard .*{shard.name} failed"):
         [dataset[i] for i in range(len(dataset))]
     loader = DataLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context="fork",
                         collate_fn=collate)
-    with pytest.raises(DamagedShardError, match="shard-000003"):  # re-raised with its type
+    with pytest.raises(DamagedShardError, match=shard.name):  # re-raised with its type
         list(loader)
 
 
@@ -256,17 +257,18 @@ def test_mixed_config_fingerprints_fail_naming_the_shard(binary, probes, minilm_
     run_precompute(binary, tmp_path,
                    make_config(probes, minilm_folder, run_inputs, other, window_s=0.25))
     copy = copy_output(output, tmp_path)
-    shutil.copy(other / "shard-000001.h5", copy / "shard-000001.h5")
+    mine = shard_path(copy, 1)
+    shutil.copy(shard_path(other, 1), mine)  # under this output's name for the shard
     index = json.loads((copy / "index.json").read_text())
-    entry = next(s for s in index["shards"] if s["file"] == "shard-000001.h5")
-    raw = (copy / "shard-000001.h5").read_bytes()
+    entry = next(s for s in index["shards"] if s["file"] == mine.name)
+    raw = mine.read_bytes()
     entry["bytes"], entry["sha256"] = len(raw), hashlib.sha256(raw).hexdigest()
     (copy / "index.json").write_text(json.dumps(index))
-    with pytest.raises(FingerprintMismatchError, match=r"shard-000001\.h5 was written with "
+    with pytest.raises(FingerprintMismatchError, match=rf"{mine.name} was written with "
                                                        r"other settings"):
         ShardDataset(copy, check="open")
     lazy = ShardDataset(copy)  # the default check stats files; the shard's open catches it
-    with pytest.raises(FingerprintMismatchError, match="shard-000001"):
+    with pytest.raises(FingerprintMismatchError, match=mine.name):
         [lazy[i] for i in range(len(lazy))]
 
 
@@ -301,3 +303,37 @@ def test_pip_installs_the_package(tmp_path):
     assert r.stdout.startswith(str(target)), r.stdout
     assert (target / "precompute" / "py.typed").exists()
     assert precompute.__version__ in " ".join(p.name for p in target.iterdir())
+
+
+def test_a_flipped_byte_in_an_id_fails_naming_the_shard(output, tmp_path):
+    """Ids are variable-length strings, which HDF5 cannot checksum; their `sha256` attribute
+    does it (docs/format.md): the id index and the rows' ids both check it."""
+    copy = copy_output(output, tmp_path)
+    shard = shard_path(copy, 1)
+    data = bytearray(shard.read_bytes())
+    at = data.find(b"sample-07")
+    assert at > 0
+    data[at + 8] = ord("X")  # sample-07 becomes sample-0X
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DamagedShardError, match=rf"{shard.name}: /ids does not match"):
+        ShardDataset(copy, ids=["sample-01"])
+    dataset = ShardDataset(copy)
+    with pytest.raises(DamagedShardError, match=rf"{shard.name}: /ids does not match"):
+        [dataset[i] for i in range(len(dataset))]
+
+
+def test_an_index_that_names_a_path_or_misstates_a_modality_is_refused(output, tmp_path):
+    copy = copy_output(output, tmp_path)
+    index = json.loads((copy / "index.json").read_text())
+    victim = tmp_path / "victim.h5"
+    shutil.copy(shard_path(copy, 0), victim)
+    edited = json.loads(json.dumps(index))
+    edited["shards"][0]["file"] = "../victim.h5"
+    (copy / "index.json").write_text(json.dumps(edited))
+    with pytest.raises(OutputError, match=r"'\.\./victim\.h5', which is not a shard name"):
+        ShardDataset(copy, check="none")
+    edited = json.loads(json.dumps(index))
+    edited["modalities"]["text"]["dim"] += 1
+    (copy / "index.json").write_text(json.dumps(edited))
+    with pytest.raises(DamagedShardError, match=r"/text group is not what index.json says"):
+        ShardDataset(copy, check="open")

@@ -11,7 +11,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from conftest import index_checksum, run_precompute, write_manifest
+from conftest import index_checksum, run_precompute, shard_path, write_manifest
 
 SAMPLES = [
     {"id": "a", "text": "a first caption"},
@@ -74,7 +74,7 @@ def test_clean_output_passes_with_and_without_the_input(binary, made, out):
 
 @pytest.mark.parametrize("where", ["header", "middle", "end"])
 def test_flipped_bytes_are_found_and_the_shard_named(binary, out, where):
-    shard = out / "shard-000001.h5"
+    shard = shard_path(out, 1)
     size = shard.stat().st_size
     flip(shard, {"header": 8, "middle": size // 2, "end": size - 1}[where])
     r = verify(binary, out, expect=DAMAGED)
@@ -82,11 +82,11 @@ def test_flipped_bytes_are_found_and_the_shard_named(binary, out, where):
     assert "fix: rerun the same `precompute run` command" in r.stdout
     assert ": damaged: 3 shard(s), 1 damaged" in r.stdout
     j = json.loads(verify(binary, out, "--json", expect=DAMAGED).stdout)
-    assert [p["shard"] for p in j["problems"]] == ["shard-000001.h5"]
+    assert [p["shard"] for p in j["problems"]] == [shard.name]
 
 
 def test_truncated_shard_is_found(binary, out):
-    shard = out / "shard-000000.h5"
+    shard = shard_path(out, 0)
     size = shard.stat().st_size
     with open(shard, "r+b") as f:
         f.truncate(size // 2)
@@ -95,9 +95,10 @@ def test_truncated_shard_is_found(binary, out):
 
 
 def test_deleted_shard_is_found_and_its_ids_not_reported_twice(binary, made, out):
-    (out / "shard-000002.h5").unlink()
+    deleted = shard_path(out, 2)
+    deleted.unlink()
     r = verify(binary, out, "--input", str(made[0]), expect=DAMAGED)
-    assert f"DAMAGED: {out / 'shard-000002.h5'}: it is missing" in r.stdout
+    assert f"DAMAGED: {deleted}: it is missing" in r.stdout
     assert "neither an embedding" not in r.stdout  # e is in the damaged shard, named above
     assert "4 of 5 ids accounted for" in r.stdout
 
@@ -115,13 +116,14 @@ def test_manifest_with_an_id_the_output_lacks(binary, made, out, tmp_path):
 def test_manifest_without_an_id_the_output_holds(binary, out, tmp_path):
     manifest = write_manifest(tmp_path / "fewer.jsonl", [s for s in SAMPLES if s["id"] != "c"])
     r = verify(binary, out, "--input", str(manifest), expect=INCOMPLETE)
-    assert "embedded id(s) are not in" in r.stdout and "c (shard-000001.h5)" in r.stdout
+    assert "embedded id(s) are not in" in r.stdout
+    assert f"c ({shard_path(out, 1).name})" in r.stdout
 
 
 def test_a_flipped_chunk_behind_a_matching_sha256_fails_its_fletcher32(binary, out):
     """Reading every dataset end to end: damage that index.json was made to agree with (a shard
     rewritten by hand, a copy made from a damaged disk) is still found, naming the dataset."""
-    shard = out / "shard-000001.h5"
+    shard = shard_path(out, 1)
     with h5py.File(shard, "r") as f:
         offset = f["text/embeddings"].id.get_chunk_info(0).byte_offset
     flip(shard, offset + 3)
@@ -162,13 +164,15 @@ def test_the_same_id_in_two_shards_is_found_and_both_named(binary, out):
         ids = f["ids"].asstr()[:]
         assert list(ids) == ["e"]
         f["ids"][0] = "a"
-    rewrite_shard(out, "shard-000002.h5", rename_e_to_a)
-    with h5py.File(out / "shard-000000.h5", "r") as f:
+    second, first = shard_path(out, 2).name, shard_path(out, 0).name
+    rewrite_shard(out, second, rename_e_to_a)
+    with h5py.File(out / first, "r") as f:
         assert "a" in f["ids"].asstr()[:]
     r = verify(binary, out, expect=DAMAGED)
     line = next((ln for ln in r.stdout.splitlines() if "is also in" in ln), "")
-    assert "shard-000002.h5" in line and "id 'a' is also in shard-000000.h5" in line, r.stdout
+    assert second in line and f"id 'a' is also in {first}" in line, r.stdout
     assert ": damaged: 3 shard(s), 1 damaged" in r.stdout
     j = json.loads(verify(binary, out, "--json", expect=DAMAGED).stdout)
-    assert [p["shard"] for p in j["problems"]] == ["shard-000002.h5"]
-    assert "id 'a' is also in shard-000000.h5" in j["problems"][0]["problem"]
+    # The view was built from the index before the edit: verify names it too.
+    assert {p["shard"] for p in j["problems"]} == {second, "dataset.h5"}
+    assert any(f"id 'a' is also in {first}" in p["problem"] for p in j["problems"])

@@ -22,6 +22,7 @@
 
 #include "fake_encoder.hpp"
 #include "pipeline/core/error.hpp"
+#include "storage/output_id.hpp"
 #include "pipeline/core/logging.hpp"
 #include "pipeline/core/stop_request.hpp"
 #include "pipeline/host_memory_budget.hpp"
@@ -157,12 +158,14 @@ struct GraphRun {
     }
     return "";
   }
-  // shard file name -> its bytes
+  // "shard <index>" -> its file name, a newline, and its bytes (the name follows the bytes)
   std::map<std::string, std::string> shard_bytes() const {
     std::map<std::string, std::string> out;
     for (const auto& entry : index.shards) {
       std::ifstream in(dir / entry.file, std::ios::binary);
-      out[entry.file].assign(std::istreambuf_iterator<char>(in), {});
+      std::string& value = out["shard " + std::to_string(entry.shard_index)];
+      value = entry.file + "\n";
+      value.append(std::istreambuf_iterator<char>(in), {});
     }
     return out;
   }
@@ -198,7 +201,8 @@ std::unique_ptr<GraphRun> run_graph_with(const GraphOptions& o) {
 
   OutputIndex index;
   index.meta.tool_version = "graph-test";
-  index.meta.config_fingerprint = "graph-test";
+  index.meta.config_fingerprint = std::string(64, '9');
+  index.meta.output_id = output_id_for(index.meta.config_fingerprint);
   index.meta.config_json = "{}";
   index.meta.dtype = StorageDtype::kFloat32;
   index.meta.chunk_rows = 8;

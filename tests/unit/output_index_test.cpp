@@ -4,11 +4,15 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
+#include <vector>
 #include <fstream>
 #include <iterator>
 #include <string>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/sha256.hpp"
+#include "storage/output_id.hpp"
 #include "test_media.hpp"
 
 namespace precompute {
@@ -21,6 +25,7 @@ OutputIndex make_index() {
   ShardMeta& meta = index.meta;
   meta.tool_version = "0.1.0";
   meta.config_fingerprint = std::string(64, 'e');
+  meta.output_id = output_id_for(meta.config_fingerprint);
   // As full_config_json() writes it: compact, keys sorted.
   meta.config_json = R"({"output":{"dtype":"float16","shard_size":2},"video":{"fps":2.0}})";
   meta.dtype = StorageDtype::kFloat16;
@@ -50,14 +55,17 @@ OutputIndex make_index() {
   index.input = "/data/manifest é.jsonl";
   index.input_samples = 3;
   index.input_sha256 = std::string(64, 'c');
-  IndexEntry first{"shard-000000.h5", 0, 0, 2, 2, 1, 1, {2, 0, 1}, 123456, std::string(64, '1')};
-  IndexEntry second{"shard-000001.h5", 1, 2, 1, 1, 0, 0, {1, 0, 1}, 7890, std::string(64, '2')};
+  IndexEntry first{"shard-000000-11111111.h5", 0, 0, 2, 2, 1, 1, {2, 0, 1}, 123456,
+                   std::string(64, '1')};
+  IndexEntry second{"shard-000001-22222222.h5", 1, 2, 1, 1, 0, 0, {1, 0, 1}, 7890,
+                    std::string(64, '2')};
   index.shards = {first, second};
   return index;
 }
 
 void expect_same_index(const OutputIndex& expected, const OutputIndex& actual) {
   EXPECT_EQ(actual.meta.tool_version, expected.meta.tool_version);
+  EXPECT_EQ(actual.meta.output_id, expected.meta.output_id);
   EXPECT_EQ(actual.meta.config_fingerprint, expected.meta.config_fingerprint);
   EXPECT_EQ(actual.meta.config_json, expected.meta.config_json);
   EXPECT_EQ(actual.meta.dtype, expected.meta.dtype);
@@ -98,9 +106,10 @@ class OutputIndexTest : public ::testing::Test {
 
   fs::path index_file() const { return dir_ / kIndexFileName; }
 
-  nlohmann::json written_json() const {
+  // In the file's order, so that an edit changes only what it edits.
+  nlohmann::ordered_json written_json() const {
     std::ifstream in(index_file());
-    return nlohmann::json::parse(in);
+    return nlohmann::ordered_json::parse(in);
   }
 
   void write_text(const std::string& text) const {
@@ -136,6 +145,7 @@ TEST_F(OutputIndexTest, RoundTripKeepsEveryField) {
 TEST_F(OutputIndexTest, AnEmptyRunRoundTrips) {
   OutputIndex index;
   index.meta.modalities = {};
+  index.meta.output_id = output_id_for(std::string(64, '0'));
   write_index(dir_, index);
   const auto read = read_index(dir_);
   ASSERT_TRUE(read.has_value());
@@ -144,7 +154,7 @@ TEST_F(OutputIndexTest, AnEmptyRunRoundTrips) {
 
 TEST_F(OutputIndexTest, WritesTheDocumentedFields) {
   write_index(dir_, make_index());
-  const nlohmann::json json = written_json();
+  const nlohmann::ordered_json json = written_json();
   EXPECT_EQ(json["format"], "precompute-index");
   EXPECT_EQ(json["format_version"], 1);
   EXPECT_EQ(json["storage_dtype"], "float16");
@@ -183,7 +193,7 @@ TEST_F(OutputIndexTest, DetectsATornFile) {
 
 TEST_F(OutputIndexTest, DetectsAMissingField) {
   write_index(dir_, make_index());
-  nlohmann::json json = written_json();
+  nlohmann::ordered_json json = written_json();
   json["shards"][1].erase("sha256");
   write_text(json.dump());
   expect_damaged("'shards[1].sha256' is missing");
@@ -191,7 +201,7 @@ TEST_F(OutputIndexTest, DetectsAMissingField) {
 
 TEST_F(OutputIndexTest, DetectsAFieldOfTheWrongType) {
   write_index(dir_, make_index());
-  nlohmann::json json = written_json();
+  nlohmann::ordered_json json = written_json();
   json["modalities"]["video"]["dim"] = "512";
   write_text(json.dump());
   expect_damaged("'modalities.video.dim' is not an integer");
@@ -199,7 +209,7 @@ TEST_F(OutputIndexTest, DetectsAFieldOfTheWrongType) {
 
 TEST_F(OutputIndexTest, DetectsTotalsThatDoNotMatchTheShards) {
   write_index(dir_, make_index());
-  nlohmann::json json = written_json();
+  nlohmann::ordered_json json = written_json();
   json["shards"][0]["num_failures"] = 5;
   write_text(json.dump());
   expect_damaged("'totals' do not match");
@@ -213,7 +223,7 @@ TEST_F(OutputIndexTest, ACheckedRecordChangedWhereTheJsonStillParsesIsCaughtByTh
   EXPECT_EQ(read->input_sha256, std::string(64, 'c'));
   for (const char* field : {"sha256", "bytes", "first_seq", "failed_samples"}) {
     write_index(dir_, make_index());
-    nlohmann::json json = written_json();
+    nlohmann::ordered_json json = written_json();
     auto& value = json["shards"][1][field];
     if (value.is_string()) {
       value = std::string(64, '3');
@@ -224,10 +234,77 @@ TEST_F(OutputIndexTest, ACheckedRecordChangedWhereTheJsonStillParsesIsCaughtByTh
     expect_damaged("checksum does not match");
   }
   write_index(dir_, make_index());
-  nlohmann::json json = written_json();
+  nlohmann::ordered_json json = written_json();
   json["input_sha256"] = std::string(64, 'd');
   write_text(json.dump());
   expect_damaged("checksum does not match");
+}
+
+TEST_F(OutputIndexTest, AnyEditedFieldIsCaughtByTheChecksum) {
+  // What verify, inspect and the reader trust: a modality's dim, layout, pooling and settings,
+  // the dtype, the output id, the rank's span; not only the records a resume trusts.
+  const auto edits = std::vector<std::function<void(nlohmann::ordered_json&)>>{
+      [](auto& j) { j["modalities"]["video"]["dim"] = 256; },
+      [](auto& j) { j["modalities"]["text"]["layout"] = "per_step"; },
+      [](auto& j) { j["modalities"]["text"]["pooling"] = "cls"; },
+      [](auto& j) { j["modalities"]["video"]["preprocessing"]["fps"] = 4.0; },
+      [](auto& j) { j["storage_dtype"] = "float32"; },
+      [](auto& j) { j["chunk_rows"] = 64; },
+      [](auto& j) { j["shard_size"] = 3; },
+      [](auto& j) { j["config"]["video"]["fps"] = 1.0; },
+      [](auto& j) { j["output_id"] = output_id_for(std::string(64, '7')); },
+      [](auto& j) { j["shards"][0]["shard_index"] = 5; },
+  };
+  for (size_t i = 0; i < edits.size(); ++i) {
+    write_index(dir_, make_index());
+    nlohmann::ordered_json json = written_json();
+    edits[i](json);
+    write_text(json.dump(2));
+    SCOPED_TRACE(i);
+    expect_damaged("checksum does not match");
+  }
+  // Written again as the writer formats it, an unedited index reads back.
+  write_index(dir_, make_index());
+  write_text(written_json().dump(2) + "\n");
+  EXPECT_NO_THROW(read_index(dir_));
+}
+
+TEST_F(OutputIndexTest, AShardFileThatIsNotAShardNameIsDamageNotAPathToFollow) {
+  for (const char* name : {"../victim.h5", "/etc/passwd", "sub/shard-000000-11111111.h5",
+                           "shard-000000.h5", "index.json", ".."}) {
+    OutputIndex index = make_index();
+    index.shards[0].file = name;
+    write_index(dir_, index);
+    SCOPED_TRACE(name);
+    expect_damaged("which is not a shard file name");
+  }
+}
+
+TEST_F(OutputIndexTest, ARankFoldersSpanRoundTripsAndSetsWhatItCovers) {
+  OutputIndex index = make_index();
+  EXPECT_EQ(index.covers_first(), 0);
+  EXPECT_EQ(index.covers_end(), 3);
+  index.rank = IndexRank{1, 2, 2, 3};
+  write_index(dir_, index);
+  const auto read = read_index(dir_);
+  ASSERT_TRUE(read && read->rank);
+  EXPECT_EQ(read->rank->rank, 1);
+  EXPECT_EQ(read->rank->world_size, 2);
+  EXPECT_EQ(read->covers_first(), 2);
+  EXPECT_EQ(read->covers_end(), 3);
+  EXPECT_EQ(written_json()["rank"]["end_seq"], 3);
+  write_index(dir_, make_index());
+  EXPECT_TRUE(written_json()["rank"].is_null());
+}
+
+TEST_F(OutputIndexTest, TheDigestIsTheWrittenFilesSha256) {
+  const OutputIndex index = make_index();
+  const std::string digest = write_index(dir_, index);
+  EXPECT_EQ(digest, sha256_file(index_file()));
+  EXPECT_EQ(digest, index_sha256(index));
+  OutputIndex other = index;
+  other.shards.pop_back();
+  EXPECT_NE(index_sha256(other), digest);
 }
 
 TEST_F(OutputIndexTest, RejectsAnotherFormatOrVersion) {
@@ -235,7 +312,7 @@ TEST_F(OutputIndexTest, RejectsAnotherFormatOrVersion) {
   expect_damaged("is not a precompute index");
 
   write_index(dir_, make_index());
-  nlohmann::json json = written_json();
+  nlohmann::ordered_json json = written_json();
   json["format_version"] = 2;
   write_text(json.dump());
   expect_damaged("has format version 2");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "storage/output_id.hpp"
 #include "pipeline/run_stats.hpp"
 #include "storage/shard_reader.hpp"
 #include "test_media.hpp"
@@ -20,7 +21,8 @@ OutputIndex make_index(int64_t total, int64_t shard_size) {
   index.total_samples = total;
   index.shard_size = shard_size;
   index.meta.tool_version = "test";
-  index.meta.config_fingerprint = "f";
+  index.meta.config_fingerprint = std::string(64, 'f');
+  index.meta.output_id = output_id_for(index.meta.config_fingerprint);
   index.meta.dtype = StorageDtype::kFloat32;
   for (Modality m : {Modality::kVideo, Modality::kText}) {
     ModalitySchema schema;
@@ -80,7 +82,7 @@ TEST(ShardAssemblerTest, WritesAShardOnlyWhenEverySampleOfItsRangeIsComplete) {
   EXPECT_EQ(a.samples_held(), 0u);
   EXPECT_EQ(stats.failed_samples.load(), 1);
 
-  const auto shard0 = read_shard(dir / "shard-000000.h5");
+  const auto shard0 = read_shard(dir / committer.index().shards.front().file);
   ASSERT_EQ(shard0.contents.samples.size(), 2u);  // id2 failed everything: not in ids
   EXPECT_EQ(shard0.contents.samples[0].id, "id0");
   EXPECT_TRUE(shard0.contents.samples[0].embeddings[modality_index(Modality::kVideo)]);
@@ -175,7 +177,7 @@ TEST(ShardAssemblerTest, APreloadedShardCompletesWithTheRedoneSamplesOnly) {
   EncodedBatch text{Modality::kText, {embedding(1, 9)}, {}};
   EXPECT_EQ(a.add(WriterMessage(std::make_shared<EncodedBatch>(text))), 1);
   committer.finish();
-  const auto shard = read_shard(dir / "shard-000000.h5");
+  const auto shard = read_shard(dir / committer.index().shards.front().file);
   ASSERT_EQ(shard.contents.samples.size(), 3u);
   EXPECT_EQ(shard.contents.samples[1].id, "id1");  // in seq order
   EXPECT_FLOAT_EQ(
@@ -227,7 +229,7 @@ TEST(ShardAssemblerTest, EverySampleGetsItsKeptColumnsPreloadedOnesToo) {
   EncodedBatch text{Modality::kText, {embedding(1, 9)}, {}};
   EXPECT_EQ(a.add(WriterMessage(std::make_shared<EncodedBatch>(text))), 1);
   committer.finish();
-  const auto file = dir / "shard-000000.h5";
+  const auto file = dir / committer.index().shards.front().file;
   EXPECT_EQ(read_strings(file, "/ids"), (std::vector<std::string>{"id0", "id1", "id2"}));
   EXPECT_EQ(read_strings(file, "/columns/label"),
             (std::vector<std::string>{"label-0", "label-1", "label-2"}));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "storage/output_id.hpp"
 #include "pipeline/core/sha256.hpp"
 #include "storage/fletcher32.hpp"
 #include "storage/float16.hpp"
@@ -168,6 +169,7 @@ ShardMeta make_meta(StorageDtype dtype) {
   ShardMeta meta;
   meta.tool_version = "0.1.0";
   meta.config_fingerprint = std::string(64, 'f');
+  meta.output_id = output_id_for(meta.config_fingerprint);
   meta.config_json = R"({"output":{"shard_size":8}})";
   meta.dtype = dtype;
   meta.chunk_rows = 2;
@@ -256,6 +258,7 @@ void expect_same_contents(const ShardContents& expected, const ShardContents& ac
 
 void expect_same_meta(const ShardMeta& expected, const ShardMeta& actual) {
   EXPECT_EQ(actual.tool_version, expected.tool_version);
+  EXPECT_EQ(actual.output_id, expected.output_id);
   EXPECT_EQ(actual.config_fingerprint, expected.config_fingerprint);
   EXPECT_EQ(actual.config_json, expected.config_json);
   EXPECT_EQ(actual.dtype, expected.dtype);
@@ -309,7 +312,7 @@ class ShardWriterTest : public ::testing::Test {
   ShardFile round_trip(const ShardMeta& meta, const ShardContents& contents) {
     const CommittedShard committed = ShardWriter(dir_, meta).write(contents);
     const fs::path file = dir_ / committed.file;
-    EXPECT_EQ(committed.file, shard_file_name(contents.shard_index));
+    EXPECT_EQ(committed.file, shard_file_name(contents.shard_index, committed.sha256));
     EXPECT_EQ(committed.bytes, fs::file_size(file));
     EXPECT_EQ(committed.sha256, sha256_file(file));
     ShardFile shard = read_shard(file);
@@ -424,10 +427,38 @@ TEST_F(ShardWriterTest, EveryRemainderOfTheLastChunkReadsBackAndBuildsReuseTheir
   }
 }
 
-TEST(ShardFileNameTest, PadsTheIndexToSixDigits) {
-  EXPECT_EQ(shard_file_name(0), "shard-000000.h5");
-  EXPECT_EQ(shard_file_name(12), "shard-000012.h5");
-  EXPECT_EQ(shard_file_name(1234567), "shard-1234567.h5");
+TEST(ShardFileNameTest, PadsTheIndexToSixDigitsAndAddsTheHashsFirstEightDigits) {
+  const std::string sha(64, 'a');
+  EXPECT_EQ(shard_file_name(0, sha), "shard-000000-aaaaaaaa.h5");
+  EXPECT_EQ(shard_file_name(12, "0123456789abcdef"), "shard-000012-01234567.h5");
+  EXPECT_EQ(shard_file_name(1234567, sha), "shard-1234567-aaaaaaaa.h5");
+  for (const char* name : {"shard-000000-aaaaaaaa.h5", "shard-1234567-01234567.h5",
+                           "shard-999999999999999999-ffffffff.h5"}) {
+    EXPECT_TRUE(is_shard_file_name(name)) << name;
+  }
+  // The names of earlier versions, a user's files, and anything that is a path.
+  for (const char* name : {"shard-000000.h5", "shard-00000-aaaaaaaa.h5", "shard-000000-aaaaaaa.h5",
+                           "shard-000000-aaaaaaaaa.h5", "shard-000000-AAAAAAAA.h5",
+                           "shard-000000-aaaaaaaa.h5.tmp", "shard-final-results.h5",
+                           "../shard-000000-aaaaaaaa.h5", "x/shard-000000-aaaaaaaa.h5",
+                           "shard--000000-aaaaaaaa.h5", "shard-0000000000000000000-aaaaaaaa.h5",
+                           ""}) {
+    EXPECT_FALSE(is_shard_file_name(name)) << name;
+  }
+}
+
+TEST_F(ShardWriterTest, ANameIsNeverReusedForOtherBytesAndTheSameBytesGetTheSameName) {
+  const ShardMeta meta = pooled_meta(StorageDtype::kFloat32);
+  ShardContents contents = pooled_contents();
+  const CommittedShard first = ShardWriter(dir_, meta).write(contents);
+  const CommittedShard again = ShardWriter(dir_, meta).write(contents);
+  EXPECT_EQ(again.file, first.file);
+  EXPECT_EQ(again.sha256, first.sha256);
+  contents.samples.front().embeddings[modality_index(Modality::kVideo)]->values[0] += 1.0f;
+  const CommittedShard other = ShardWriter(dir_, meta).write(contents);
+  EXPECT_NE(other.file, first.file);
+  EXPECT_NE(other.sha256, first.sha256);
+  EXPECT_TRUE(fs::exists(dir_ / first.file));  // the old bytes are still there, by their name
 }
 
 TEST_F(ShardWriterTest, PooledFloat32RoundTripIsExact) {

@@ -5,12 +5,15 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace precompute {
 
 using CommandFn = std::function<int()>;
 
-CommandFn add_run_command(CLI::App& app);
+// `command_line`: argv as typed, which a rank of a split job records for its rerun command.
+CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line);
 CommandFn add_inspect_command(CLI::App& app);
 CommandFn add_tokenize_command(CLI::App& app);
 CommandFn add_doctor_command(CLI::App& app);

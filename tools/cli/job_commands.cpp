@@ -91,6 +91,17 @@ CommandFn add_status_command(CLI::App& app) {
       return kExitOk;
     }
     const JobState job = read_job(out, chosen_world(*o));
+    const auto merged_words = [&]() -> std::string {
+      switch (job.merged) {
+        case MergedKind::kNotMerged: return "not merged yet";
+        case MergedKind::kCurrent: return "merged";
+        case MergedKind::kOutOfDate:
+          return "not merged: " + out.string() + " " + job.merged_why +
+                 (job.all_done() ? "; run `precompute merge " + out.string() + "`" : "");
+        case MergedKind::kOtherIndex: return "not merged: " + out.string() + " " + job.merged_why;
+      }
+      return "";
+    };
     if (o->json) {
       nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
       for (const auto& r : job.ranks) {
@@ -99,21 +110,25 @@ CommandFn add_status_command(CLI::App& app) {
                                        {"first_seq", r.span.first_seq},
                                        {"end_seq", r.span.end_seq},
                                        {"done", r.done},
-                                       {"samples", r.span.samples()}};
+                                       {"samples", r.span.samples()},
+                                       {"problem", r.problem}};
         if (r.record) {
           item["pid"] = r.record->pid;
           item["host"] = r.record->host;
           item["message"] = r.record->message;
         }
+        if (r.kind != RankState::Kind::kDone) item["rerun"] = job.rerun_command(r.rank);
         ranks.push_back(std::move(item));
       }
       std::cout << nlohmann::ordered_json{{"output", out.string()},
                                           {"world_size", job.world_size},
+                                          {"other_world_sizes", job.other_world_sizes},
                                           {"done", job.done()},
                                           {"total", job.total_samples},
-                                          {"merged", job.merged},
+                                          {"merged", job.merged == MergedKind::kCurrent},
+                                          {"merge_state", merged_words()},
                                           {"ranks", std::move(ranks)}}
-                       .dump(2)
+                       .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                 << "\n";
       return kExitOk;
     }
@@ -123,14 +138,17 @@ CommandFn add_status_command(CLI::App& app) {
                                job.shard_size);
     }
     std::cout << "\n";
+    for (const int64_t w : job.other_world_sizes) {
+      std::cout << fmt::format("  (its ranks/ also holds the folders of a job of {} rank(s); "
+                               "pass --world-size {} to see that one)\n", w, w);
+    }
     for (const auto& r : job.ranks) {
       std::string line = fmt::format("  rank {:>5}: {}", r.rank, rank_state_name(r.kind));
       if (r.kind == RankState::Kind::kRunning && r.record) {
         line += fmt::format(" (pid {} on {})", r.record->pid, r.record->host);
       }
       if (r.kind == RankState::Kind::kStopped && r.record) {
-        line += fmt::format(" (last run: pid {} on {}; rerun it to resume)", r.record->pid,
-                            r.record->host);
+        line += fmt::format(" (last run: pid {} on {})", r.record->pid, r.record->host);
       }
       if (job.total_samples >= 0) {
         line += r.span.empty() ? std::string(", no work")
@@ -139,12 +157,16 @@ CommandFn add_status_command(CLI::App& app) {
                                              r.span.end_seq - 1);
       }
       if (r.kind == RankState::Kind::kFailed && r.record) line += ": " + r.record->message;
+      if (!r.problem.empty()) line += ": " + r.problem;
+      if (r.kind != RankState::Kind::kDone && r.kind != RankState::Kind::kRunning) {
+        line += "\n      rerun it: " + job.rerun_command(r.rank);
+      }
       std::cout << line << "\n";
     }
     if (job.total_samples >= 0) {
       std::cout << fmt::format("total: {} of {} samples done ({}); {}\n", job.done(),
                                job.total_samples, percent(job.done(), job.total_samples),
-                               job.merged ? "merged" : "not merged yet");
+                               merged_words());
     } else {
       std::cout << "total: no rank has started\n";
     }

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/logging.hpp"
@@ -40,7 +42,7 @@ int main_impl(int argc, char** argv) {
   CLI::App app{"precompute: turn videos, audio and captions into embeddings in sharded HDF5"};
   app.set_version_flag("--version", std::string("precompute ") + PRECOMPUTE_VERSION);
   app.require_subcommand(1);
-  const auto run = add_run_command(app);
+  const auto run = add_run_command(app, std::vector<std::string>(argv, argv + argc));
   const auto inspect = add_inspect_command(app);
   const auto tokenize = add_tokenize_command(app);
   const auto doctor = add_doctor_command(app);

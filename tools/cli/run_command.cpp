@@ -54,7 +54,7 @@ void merge_if_last(const std::filesystem::path& output, const Partition& partiti
 
 }  // namespace
 
-CommandFn add_run_command(CLI::App& app) {
+CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line) {
   struct Options {
     std::string config;
     // The flags the config table declares (config_flags()), by long name; a std::map, so that
@@ -112,7 +112,7 @@ CommandFn add_run_command(CLI::App& app) {
       "--world-size", o->world_size,
       "Ranks of the job; default: the environment's count, or run.world_size");
 
-  return [=]() {
+  return [o, command_line = std::move(command_line)]() {
     Config config = load_config(o->config);
     ConfigOverrides overrides;
     for (const auto& [name, option] : o->given) {
@@ -158,6 +158,9 @@ CommandFn add_run_command(CLI::App& app) {
     context.overwrite_done = overwritten.is_set();
     context.after_overwrite = [&overwritten] { overwritten.set(); };
     context.partition = partition;
+    context.command = command_line;
+    std::error_code no_folder;
+    context.working_folder = std::filesystem::current_path(no_folder).string();
     install_stop_handlers();
     install_continue_handler();  // Note [Paused runs] in pipeline/core/pause_clock.cpp
     const auto summary = run_precompute(config, context);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,7 +22,10 @@
 #include "pipeline/core/error.hpp"
 #include "pipeline/input/manifest.hpp"
 #include "pipeline/resume.hpp"
+#include "pipeline/core/sha256.hpp"
+#include "storage/dataset_view.hpp"
 #include "storage/output_folder.hpp"
+#include "storage/shard_schema.hpp"
 #include "storage/output_index.hpp"
 #include "storage/shard_scan.hpp"
 #include "tools/cli/commands.hpp"
@@ -56,6 +60,14 @@ constexpr char kDeleteFix[] =
     "of a missing shard";
 constexpr char kResumeFix[] = "rerun the same `precompute run` command to resume";
 
+// JSON text in one form (the index keeps settings as objects, shards as text).
+std::string canonical_json(const std::string& text) {
+  if (text.empty()) return text;
+  const auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? text : parsed.dump(-1, ' ', false,
+                                                    nlohmann::json::error_handler_t::replace);
+}
+
 struct ShardReport {
   const IndexEntry* entry = nullptr;
   bool ok = false;
@@ -78,11 +90,28 @@ class Verifier {
           "rerun the same `precompute run` command: resuming rebuilds index.json from the shards");
       return report(nullptr);
     }
-    PC_CHECK(index.has_value(), StorageError, dir_,
-             " holds no precompute output (no index.json); give the folder a run wrote to");
+    if (!index) {
+      // Shards without an index: a run that lost its index (or never wrote one past its first
+      // commit); nothing there is known to be damaged, and a rerun rebuilds the index.
+      std::vector<std::string> shards;
+      std::error_code error;
+      for (const auto& item : std::filesystem::directory_iterator(dir_, error)) {
+        if (is_shard_file_name(item.path().filename().string())) {
+          shards.push_back(item.path().filename().string());
+        }
+      }
+      PC_CHECK(!error && !shards.empty(), ConfigError, dir_,
+               " holds no precompute output (no index.json, no shard); give the folder a run "
+               "wrote to");
+      add(Severity::kIncomplete, std::string(kIndexFileName),
+          fmt::format("is missing, beside {} shard file(s)", shards.size()),
+          "rerun the same `precompute run` command: resuming rebuilds index.json from the shards");
+      return report(nullptr);
+    }
     for (const auto& entry : index->shards) shards_.push_back(check_shard(*index, entry));
-    check_coverage(*index);
+    const bool finished = check_coverage(*index);
     check_unrecorded_files(*index);
+    check_derived_files(*index, finished);
     if (!o_.input.empty()) check_input(*index);
     return report(&*index);
   }
@@ -159,6 +188,48 @@ class Verifier {
                              name));
       }
     }
+    // The shard's own statements against the index's: an index edited by hand, or a shard of
+    // another output (or run with other settings) put in the place of this one's.
+    if (scan.output_id != index.meta.output_id) {
+      mismatch(fmt::format("carries output id '{}', index.json '{}': it is another output's "
+                           "shard", scan.output_id, index.meta.output_id));
+    }
+    if (scan.config_fingerprint != index.meta.config_fingerprint) {
+      mismatch(fmt::format("was made with config fingerprint {}, index.json records {}",
+                           scan.config_fingerprint, index.meta.config_fingerprint));
+    }
+    if (scan.storage_dtype != storage_dtype_name(index.meta.dtype)) {
+      mismatch(fmt::format("stores {}, index.json records {}", scan.storage_dtype,
+                           storage_dtype_name(index.meta.dtype)));
+    }
+    for (Modality m : kAllModalities) {
+      const auto& schema = index.meta.modalities[modality_index(m)];
+      const auto& found = scan.modalities[modality_index(m)];
+      if (!schema && !found) continue;
+      const std::string name(modality_name(m));
+      if (!schema || !found) {
+        mismatch(fmt::format("{} a /{} group, index.json {}", found ? "has" : "has no", name,
+                             schema ? "lists that modality" : "does not list it"));
+        continue;
+      }
+      const std::string layout(schema->per_step ? shard_schema::kPerStepLayout
+                                                : shard_schema::kPooledLayout);
+      const auto differs = [&](const char* what, const std::string& shard,
+                               const std::string& listed) {
+        if (shard != listed) {
+          mismatch(fmt::format("/{} has {} '{}', index.json '{}'", name, what, shard, listed));
+        }
+      };
+      differs("dim", std::to_string(found->dim), std::to_string(schema->dim));
+      differs("layout", found->layout, layout);
+      differs("dtype", found->dtype, std::string(storage_dtype_name(index.meta.dtype)));
+      differs("encoder", found->encoder, schema->encoder);
+      differs("encoder_sha256", found->encoder_sha256, schema->encoder_sha256);
+      differs("pooling", found->pooling, schema->pooling);
+      differs("preprocessing", canonical_json(found->preprocessing),
+              canonical_json(schema->preprocessing_json));
+    }
+    for (const auto& problem : scan.digest_problems) mismatch(problem);
     const int64_t end = entry.first_seq + entry.seq_count;
     for (size_t i = 0; i < scan.seqs.size(); ++i) {
       if (scan.seqs[i] < entry.first_seq || scan.seqs[i] >= end ||
@@ -197,14 +268,67 @@ class Verifier {
     return r;
   }
 
-  void check_coverage(const OutputIndex& index) {
+  // Whether the shards cover every position the output is for: the whole input, or a rank
+  // folder's span of it.
+  bool check_coverage(const OutputIndex& index) {
     int64_t covered = 0;
-    for (const auto& entry : index.shards) covered += entry.seq_count;
-    if (covered != index.total_samples) {
+    for (const auto& entry : index.shards) {
+      if (entry.first_seq < index.covers_first() ||
+          entry.first_seq + entry.seq_count > index.covers_end()) {
+        add(Severity::kDamaged, entry.file,
+            fmt::format("covers positions {}+{}, outside the output's [{}, {})", entry.first_seq,
+                        entry.seq_count, index.covers_first(), index.covers_end()),
+            kDeleteFix);
+      }
+      covered += entry.seq_count;
+    }
+    const int64_t wanted = index.covers_end() - index.covers_first();
+    if (covered != wanted) {
       add(Severity::kIncomplete, "",
-          fmt::format("the shards cover {} of the input's {} samples: the run has not finished",
-                      covered, index.total_samples),
+          index.rank ? fmt::format("the shards cover {} of the {} samples of rank {} of {}: the "
+                                   "rank has not finished",
+                                   covered, wanted, index.rank->rank, index.rank->world_size)
+                     : fmt::format("the shards cover {} of the input's {} samples: the run has "
+                                   "not finished",
+                                   covered, wanted),
           kResumeFix);
+      return false;
+    }
+    return true;
+  }
+
+  // dataset.h5 and job.json are derived from index.json and must show what it lists (Note [A
+  // view names the index it shows] in storage/dataset_view.cpp, Note [Merging ranks] in
+  // storage/job_ranks.cpp). While a run goes on the view may lag: then only a note.
+  void check_derived_files(const OutputIndex& index, bool finished) {
+    const bool merged = std::filesystem::exists(dir_ / kJobSummaryFileName);
+    const std::string fix =
+        merged ? fmt::format("run `precompute merge {}`: it rebuilds what disagrees", dir_.string())
+               : "rerun the same `precompute run` command: it rebuilds dataset.h5";
+    if (const auto problem = dataset_view_problem(dir_, index); !problem.empty()) {
+      if (finished) {
+        add(Severity::kDamaged, std::string(kDatasetViewFileName), problem, fix);
+      } else {
+        notes_.push_back(fmt::format("{} is not (yet) the view of index.json: {}",
+                                     (dir_ / kDatasetViewFileName).string(), problem));
+      }
+    }
+    if (!merged) return;
+    std::ifstream in(dir_ / kJobSummaryFileName);
+    const auto summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const auto text = [&](const char* key) {
+      return summary.is_object() && summary.contains(key) && summary[key].is_string()
+                 ? summary[key].get<std::string>()
+                 : std::string();
+    };
+    if (text("output_id") != index.meta.output_id) {
+      add(Severity::kDamaged, std::string(kJobSummaryFileName),
+          "belongs to another output than index.json", fix);
+    } else if (text("index_sha256") != sha256_file(dir_ / kIndexFileName)) {
+      add(Severity::kDamaged, std::string(kJobSummaryFileName),
+          "describes another index.json than the folder's (a merge was interrupted, or a run "
+          "on the merged output changed it)",
+          fix);
     }
   }
 
@@ -216,7 +340,11 @@ class Verifier {
     std::error_code error;
     for (const auto& item : std::filesystem::directory_iterator(dir_, error)) {
       const std::string name = item.path().filename().string();
-      if (is_shard_file_name(name) && recorded.count(name) == 0) notes_.push_back(name);
+      if (is_shard_file_name(name) && recorded.count(name) == 0) {
+        notes_.push_back(fmt::format("{} is not recorded in index.json (left by a crash); "
+                                     "readers ignore it and a resume deletes it",
+                                     (dir_ / name).string()));
+      }
     }
   }
 
@@ -341,7 +469,7 @@ class Verifier {
              {"problem", p.what},
              {"fix", p.fix}});
       }
-      j["unrecorded_shard_files"] = notes_;
+      j["notes"] = notes_;
       if (!o_.input.empty()) {
         j["input"] = {{"path", o_.input},
                       {"samples", input_samples_},
@@ -361,12 +489,7 @@ class Verifier {
                                p.severity == Severity::kDamaged ? "DAMAGED" : "INCOMPLETE", where,
                                p.what, p.fix);
     }
-    for (const auto& name : notes_) {
-      std::cout << fmt::format(
-          "note: {} is not recorded in index.json (left by a crash); readers "
-          "ignore it and a resume deletes it\n",
-          (dir_ / name).string());
-    }
+    for (const auto& note : notes_) std::cout << "note: " << note << "\n";
     std::string input_part;
     if (!o_.input.empty()) {
       input_part = fmt::format("; input: {} of {} ids accounted for", accounted_, input_samples_);
