@@ -186,6 +186,7 @@ AudioWindows decode_audio(const std::filesystem::path& file, const AudioDecodeOp
   const ffmpeg::InputLimits limits{options.max_file_bytes, /*max_pixels=*/0};
   const ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
   const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_AUDIO, file);
+  const ffmpeg::SampleClock clock(input.format());
   const AVRational time_base = stream->time_base;
   const double max_samples = options.max_duration_s * options.sample_rate;
   std::vector<float> samples;
@@ -215,10 +216,10 @@ AudioWindows decode_audio(const std::filesystem::path& file, const AudioDecodeOp
                  ": the audio stream decoded to no samples");
 
   // As for video, a stream without a start in its headers starts at its first frame.
-  int64_t stream_start = stream->start_time;
-  if (stream_start == AV_NOPTS_VALUE) stream_start = first_pts != AV_NOPTS_VALUE ? first_pts : 0;
-  const double start_s = ffmpeg::sample_clock_seconds(
-      input.format(), stream, first_pts != AV_NOPTS_VALUE ? first_pts : stream_start, stream_start);
+  int64_t start = ffmpeg::stream_start(stream);
+  if (start == AV_NOPTS_VALUE) start = first_pts != AV_NOPTS_VALUE ? first_pts : 0;
+  const double start_s =
+      clock.seconds(stream, first_pts != AV_NOPTS_VALUE ? first_pts : start, start);
   return cut_windows(std::move(samples), start_s, options);
 }
 

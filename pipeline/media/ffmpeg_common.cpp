@@ -484,25 +484,84 @@ CodecContextPtr open_decoder(const AVCodecParameters& parameters, AVRational tim
   return codec;
 }
 
+int64_t stream_start(const AVStream* stream) {
+  int64_t start = stream->start_time;
+  const AVCodecParameters& parameters = *stream->codecpar;
+  if (start == AV_NOPTS_VALUE || parameters.codec_type != AVMEDIA_TYPE_AUDIO ||
+      parameters.initial_padding <= 0 || parameters.sample_rate <= 0) {
+    return start;
+  }
+  // Note [Sample clock]: a start at the first packet still holds the encoder's delay. The
+  // index is only read here (the getter takes a mutable stream).
+  const AVIndexEntry* first = avformat_index_get_entry(const_cast<AVStream*>(stream), 0);
+  if (first == nullptr || first->timestamp != start) return start;
+  // Rounded as FFmpeg rounds the decoder's first frame's time past the samples it drops.
+  return start + av_rescale_q(parameters.initial_padding, AVRational{1, parameters.sample_rate},
+                              stream->time_base);
+}
+
+// Note [Stream durations]
+// What is sampled is a stream's own span, from its start (Note [Sample clock] in
+// ffmpeg_common.hpp) to its end, so its duration must count from its start too. A container
+// with a duration per stream gives it so (MP4's tracks; Ogg and MPEG-TS, whose durations FFmpeg
+// measures from the streams' last timestamps). Others give only the container's, and what that
+// counts from depends on the container:
+// - Matroska/WebM's is its Segment's, which is where the Segment ends on its timeline from time
+//   0, the origin of its streams' timestamps, not its length from its first frame: a Matroska
+//   file whose only stream starts 1.5 s in and lasts 4 s says 5.5 s. Taken as the stream's
+//   duration, that would sample 5.5 s from the stream's start: the wrong frames for num_frames,
+//   and for fps 2 three targets past the end, all given the last frame. So the stream's
+//   duration is the Segment's end less the stream's start.
+// - Any other is taken as FFmpeg counts the durations it makes from its streams': from the
+//   container's start, its earliest stream's. FLV's (its metadata's) runs from its first
+//   packet's decode time, at or before that start, as does one that runs from time 0 in a file
+//   that starts at or after 0: read this way, either puts the end a little later than it is,
+//   which gives a few more targets the last frame, but leaves no content out. (Read from time
+//   0, the FLV metadata of a file whose timestamps start 1.5 s in would cut its last 1.5 s.)
+// The container's end is the latest end of its streams: a video in Matroska whose audio goes on
+// past it is sampled up to the audio's end, its last frame taking the targets past its own. A
+// duration FFmpeg only guessed from the bit rate is not used at all; the caller measures.
 std::optional<int64_t> header_duration(const AVFormatContext* format, const AVStream* stream) {
   // A duration guessed from file size / bit rate can be far off (FFmpeg itself warns that it
   // "may be inaccurate"); the caller measures instead.
   if (format->duration_estimation_method == AVFMT_DURATION_FROM_BITRATE) return std::nullopt;
   if (stream->duration != AV_NOPTS_VALUE && stream->duration > 0) return stream->duration;
-  if (format->duration != AV_NOPTS_VALUE && format->duration > 0) {
-    return av_rescale_q(format->duration, AV_TIME_BASE_Q, stream->time_base);
+  if (format->duration == AV_NOPTS_VALUE || format->duration <= 0) return std::nullopt;
+  const bool from_time_zero =
+      std::string_view(format->iformat->name).find("matroska") != std::string_view::npos;
+  int64_t end_us = format->duration;
+  if (!from_time_zero && format->start_time != AV_NOPTS_VALUE) end_us += format->start_time;
+  int64_t start = stream_start(stream);
+  if (start == AV_NOPTS_VALUE) {
+    // Nothing says where this stream starts; the container's first stream is the best guess.
+    start = format->start_time != AV_NOPTS_VALUE
+                ? av_rescale_q(format->start_time, AV_TIME_BASE_Q, stream->time_base)
+                : 0;
   }
-  return std::nullopt;
+  const int64_t duration = av_rescale_q(end_us, AV_TIME_BASE_Q, stream->time_base) - start;
+  if (duration <= 0) return std::nullopt;
+  return duration;
 }
 
-double sample_clock_seconds(const AVFormatContext* format, const AVStream* stream, int64_t pts,
-                            int64_t stream_start) {
-  double seconds = static_cast<double>(pts - stream_start) * av_q2d(stream->time_base);
-  if (format->start_time != AV_NOPTS_VALUE) {
-    // FFmpeg derives the container's start from its streams' starts in microseconds, so the
-    // offset is a whole number of them and exactly 0 for the stream that starts first.
-    const int64_t offset_us =
-        av_rescale_q(stream_start, stream->time_base, AV_TIME_BASE_Q) - format->start_time;
+SampleClock::SampleClock(const AVFormatContext* format) {
+  for (unsigned i = 0; i < format->nb_streams; ++i) {
+    const AVStream* stream = format->streams[i];
+    const AVMediaType type = stream->codecpar->codec_type;
+    if (type != AVMEDIA_TYPE_VIDEO && type != AVMEDIA_TYPE_AUDIO) continue;
+    if (stream->disposition & AV_DISPOSITION_ATTACHED_PIC) continue;
+    const int64_t start = stream_start(stream);
+    if (start == AV_NOPTS_VALUE) continue;
+    // Whole microseconds, as FFmpeg counts the container's start: exactly 0 below for the
+    // stream that starts first.
+    const int64_t start_us = av_rescale_q(start, stream->time_base, AV_TIME_BASE_Q);
+    if (origin_us_ == AV_NOPTS_VALUE || start_us < origin_us_) origin_us_ = start_us;
+  }
+}
+
+double SampleClock::seconds(const AVStream* stream, int64_t pts, int64_t start) const {
+  double seconds = static_cast<double>(pts - start) * av_q2d(stream->time_base);
+  if (origin_us_ != AV_NOPTS_VALUE) {
+    const int64_t offset_us = av_rescale_q(start, stream->time_base, AV_TIME_BASE_Q) - origin_us_;
     seconds += static_cast<double>(offset_us) / AV_TIME_BASE;
   }
   return seconds;

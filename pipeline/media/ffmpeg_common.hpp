@@ -162,24 +162,53 @@ CodecContextPtr open_decoder(const AVCodecParameters& parameters, AVRational tim
                              int threads, int64_t max_pixels, const std::filesystem::path& file,
                              AVBufferRef* hw_device);
 
-// The stream's duration in its own time base, from the stream's header, else the container's;
-// nullopt when neither has one, or when FFmpeg only guessed it from the bit rate.
+// Where `stream` starts, in its time base: its first frame shown, or its first sample played
+// (Note [Sample clock]); AV_NOPTS_VALUE when the file does not say.
+int64_t stream_start(const AVStream* stream);
+
+// The stream's duration in its own time base, counted from its start: its own header's, else
+// the container's, less the stream's start (Note [Stream durations] in ffmpeg_common.cpp);
+// nullopt when neither has one, when FFmpeg only guessed it from the bit rate, or when the
+// container's ends before the stream starts.
 std::optional<int64_t> header_duration(const AVFormatContext* format, const AVStream* stream);
 
 // Note [Sample clock]
 // The timestamps of a sample's video frames and audio windows are seconds on one clock, the
-// container's: from its start_time, the earliest start of its streams, so that an audio track
-// that starts 2.5 s into the video is stamped 2.5 s, where a player plays it, and a frame and a
-// window with the same stamp are on screen and heard together. Where the container states no
-// start, nothing relates its streams, and each stream's own start is the origin. Only the stamps
-// use this clock: what is sampled is still decided relative to the stream's own start.
+// file's: from the earliest start of its video and audio streams, so that an audio track that
+// starts 2.5 s into the video is stamped 2.5 s, where a player plays it, and a frame and a
+// window with the same stamp are on screen and heard together. Where no stream states a start,
+// nothing relates them, and each stream's own start is the origin. Only the stamps use this
+// clock: what is sampled is decided relative to the stream's own start and duration.
+// A stream starts where it is first seen or heard, which is not always where FFmpeg puts it, so
+// the origin is worked out here rather than taken from the container's start_time:
+// - An audio encoder's delay, the samples a decoder drops before its first one (Opus's pre-skip,
+//   6.5 ms; AAC's priming), is not part of the stream: where the container marks it (Ogg's granule
+//   positions, MP4's edit lists) FFmpeg's start_time is already past the first packet. FFmpeg 5.1
+//   puts a Matroska stream's start (and an MP4 one's without an edit list) at its first packet, the
+//   delay included, though the decoder drops it: the same Opus audio would start 7 ms before its
+//   first sample in WebM and at it in Ogg, and every WebM window would be stamped 7 ms late. So
+//   where the start is the first packet's (the first entry of the stream's index) and the stream
+//   declares such a delay (initial_padding, from Matroska's CodecDelay or MP4's Opus header), the
+//   start is moved past it: to the time FFmpeg gives the decoder's first sample, to the tick.
+// - Only video and audio streams count: a subtitle or data stream does not start the file, nor
+//   does a cover picture.
+// The starts come from the headers alone, so that the video and the audio decoders of one file,
+// each reading only its own stream, find the same origin. A decoder that drops more than the
+// stream declares (FFmpeg's Vorbis decoder drops the samples of a Matroska stream's first
+// packet, which Ogg counts before the start) stamps its first window that much later.
+class SampleClock {
+ public:
+  // The clock of `format`, from its streams' starts as opened, before any seek.
+  explicit SampleClock(const AVFormatContext* format);
 
-// `pts` (in `stream`'s time base) in seconds on the sample clock. `stream_start` is where the
-// caller counts the stream's start from (its start_time, or a stand-in when it has none).
-// Computed as an offset from `stream_start`, so that the first frame of the earliest stream
-// comes out as exactly 0.
-double sample_clock_seconds(const AVFormatContext* format, const AVStream* stream, int64_t pts,
-                            int64_t stream_start);
+  // `pts` (in `stream`'s time base) in seconds on this clock. `start` is where the caller counts
+  // the stream's start from (stream_start(), or a stand-in when it has none). Computed as an
+  // offset from `start`, so that the first frame of the earliest stream comes out as exactly 0.
+  double seconds(const AVStream* stream, int64_t pts, int64_t start) const;
+
+ private:
+  int64_t origin_us_ = AV_NOPTS_VALUE;  // in AV_TIME_BASE; AV_NOPTS_VALUE: no stream said
+};
 
 // Seconds the calling thread has spent in the decode loop's FFmpeg calls and in the conversion,
 // summed over its files: where a decoder's time goes (tools/bench/decode_bench --phases). A few

@@ -39,12 +39,14 @@ using ffmpeg::SwsContextPtr;
 //   fps mode:        n = max(1, ceil(D * fps)), t_k = (k + 0.5) / fps
 //                    (n > max_frames fails with kTooLong rather than flooding the encoder)
 //   num_frames mode: n = num_frames,            t_k = (k + 0.5) * D / n
-// Times are relative to the stream's start (its start_time, else the first frame's pts). The
-// frame on screen at t_k is the last decoded frame whose pts <= t_k; when t_k precedes the first
-// frame, the first frame; targets past the last frame get the last frame. So every clip gives
-// exactly n frames: a clip shorter than its targets repeats frames, a one-frame video gives n
-// copies. The duration comes from the headers, or from one pass over the packets when they have
-// none; frames are counted by decoding, never from header frame counts (docs/reliability.md).
+// Times are relative to the stream's start (its start_time, else the first frame's pts), and D
+// counts from there too, whatever the container's own clock (Note [Stream durations] in
+// ffmpeg_common.cpp). The frame on screen at t_k is the last decoded frame whose pts <= t_k;
+// when t_k precedes the first frame, the first frame; targets past the last frame get the last
+// frame. So every clip gives exactly n frames: a clip shorter than its targets repeats frames, a
+// one-frame video gives n copies. The duration comes from the headers, or from one pass over the
+// packets when they have none; frames are counted by decoding, never from header frame counts
+// (docs/reliability.md).
 //
 // t_k is rounded down to the stream's time base and compared with integer pts, so a frame that
 // starts exactly at t_k counts as on screen, whatever the float rounding of t_k. The decoder
@@ -197,8 +199,8 @@ int64_t measure_duration(AVFormatContext* format, const AVStream* stream,
   PC_MEDIA_CHECK(end != AV_NOPTS_VALUE, FailureCategory::kDecodeError, file.string(),
                  ": cannot tell the video's duration: neither the headers nor any packet has a "
                  "time");
-  const int64_t start = stream->start_time != AV_NOPTS_VALUE ? stream->start_time : first;
-  return end - start;
+  const int64_t start = ffmpeg::stream_start(stream);
+  return end - (start != AV_NOPTS_VALUE ? start : first);
 }
 
 // A rectangle of the source picture, in pixels.
@@ -530,6 +532,8 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
                    ": the file changed while it was read");
     stream = input.format()->streams[index];
   }
+  // Read before any seek moves the demuxer (Note [Sample clock] in ffmpeg_common.hpp).
+  const ffmpeg::SampleClock clock(input.format());
   const AVRational time_base = stream->time_base;
   const double duration_s = static_cast<double>(*duration) * av_q2d(time_base);
   PC_MEDIA_CHECK(duration_s <= options.max_duration_s, FailureCategory::kTooLong, file.string(),
@@ -582,7 +586,8 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       frame_rate.num > 0 ? std::max<int64_t>(1, av_rescale_q(1, av_inv_q(frame_rate), time_base))
                          : 1;
 
-  int64_t start = stream->start_time;  // AV_NOPTS_VALUE: the first frame's pts, once decoded
+  int64_t start = ffmpeg::stream_start(stream);  // AV_NOPTS_VALUE: the first frame's pts, once
+                                                 // decoded
   FramePtr previous = ffmpeg::make_frame();
   int64_t previous_pts = AV_NOPTS_VALUE;
   int64_t frame_number = -1;      // of the previous frame, counting decoded frames from 0
@@ -624,7 +629,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       converter.convert(frame, slot);
       converted_number = number;
     }
-    out.timestamps[next] = ffmpeg::sample_clock_seconds(input.format(), stream, pts, start);
+    out.timestamps[next] = clock.seconds(stream, pts, start);
     ++next;
   };
 

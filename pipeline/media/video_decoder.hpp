@@ -2,7 +2,7 @@
 // Decodes one video file into the frames an encoder sees: sampled by time, scaled and
 // colour-converted by libswscale straight from the decoder's pixel format to the encoder's input
 // size (Note [Sampling frames] in video_decoder.cpp), turned as the file says it is to be shown
-// (Note [Display orientation] there), and stamped on the container's clock (Note [Sample clock]
+// (Note [Display orientation] there), and stamped on the file's clock (Note [Sample clock]
 // in ffmpeg_common.hpp). Stateless between calls; each call opens its own FFmpeg objects, so
 // concurrent calls on different threads are safe.
 

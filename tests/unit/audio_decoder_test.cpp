@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/media/video_decoder.hpp"
@@ -210,6 +213,106 @@ TEST(AudioDecoder, WindowTimestampsAreOnTheContainersClock) {
                "-f lavfi -i sine=frequency=440:sample_rate=44100:duration=2 " + encode + " " +
                quoted(path));
     expect_late_audio_on_the_video_clock(path);
+  }
+}
+
+// Note [Sample clock] in ffmpeg_common.hpp: the same coded audio gives the same windows, stamped
+// 0, 1, 2, ... in every container, whether the file starts at 0 or 1.5 s in. An Opus decoder
+// drops the stream's pre-skip (6.5 ms) before its first sample: Ogg starts the stream at that
+// sample, while FFmpeg puts a Matroska stream's start at its first packet, pre-skip included;
+// taken as the origin, that would stamp every window of the WebM and MKV 7 ms late.
+struct AudioContainerCase {
+  const char* name;
+  const char* encode;                   // ffmpeg output options of the coded audio
+  const char* first;                    // the file it is coded into
+  std::vector<const char*> containers;  // the files it is copied into
+};
+
+void PrintTo(const AudioContainerCase& c, std::ostream* out) { *out << c.name; }
+
+class AudioDecoderContainers : public ::testing::TestWithParam<AudioContainerCase> {};
+
+TEST_P(AudioDecoderContainers, SameWindowsAndTimestampsInEveryContainerAndStart) {
+  const AudioContainerCase& c = GetParam();
+  TempDir dir;
+  const auto coded = dir / c.first;
+  make_sine(coded, 3.5, c.encode);
+  std::optional<AudioWindows> reference;
+  std::string reference_name;
+  for (const char* container : c.containers) {
+    for (const double start : {0.0, 1.5}) {
+      const auto file = dir / (std::to_string(start) + "." + container);
+      // FLAC in MP4 is "experimental" to FFmpeg 5.1's muxer.
+      run_ffmpeg("-i " + quoted(coded) + " -c copy -strict -2 -output_ts_offset " +
+                 std::to_string(start) + " " + quoted(file));
+      const std::string name = file.filename().string();
+      const AudioWindows audio = decode_audio(file, window_options(1.0, 0));
+      ASSERT_EQ(audio.num_windows, 4) << name;
+      for (int k = 0; k < 4; ++k) {
+        if (std::abs(audio.timestamps[k] - k) > 1e-9) {
+          ADD_FAILURE() << name << ": windows start at "
+                        << ::testing::PrintToString(audio.timestamps) << ", expected 0, 1, 2, 3";
+          break;
+        }
+      }
+      if (!reference) {
+        reference = audio;
+        reference_name = name;
+        continue;
+      }
+      EXPECT_EQ(audio.valid_samples, reference->valid_samples)
+          << name << " against " << reference_name;
+      EXPECT_TRUE(audio.samples == reference->samples)
+          << name << " against " << reference_name << ": the samples differ";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, AudioDecoderContainers,
+    ::testing::Values(
+        AudioContainerCase{"opus", "-c:a libopus", "coded.ogg", {"ogg", "webm", "mkv"}},
+        AudioContainerCase{"flac", "-c:a flac", "coded.flac", {"flac", "ogg", "mkv", "mp4"}}),
+    [](const ::testing::TestParamInfo<AudioContainerCase>& info) {
+      return std::string(info.param.name);
+    });
+
+// Note [Sample clock]: in a file whose Opus audio starts it, the clock starts at the audio's
+// first sample, for the video's frames too, not at its first packet, 7 ms earlier in Matroska
+// (which would stamp every window and frame of the WebM and MKV 7 ms late).
+TEST(AudioDecoder, OpusAudioStartsTheClockOfTheVideoAfterIt) {
+  TempDir dir;
+  const auto opus = dir / "sine.ogg";
+  make_sine(opus, 3.0, "-c:a libopus");
+  const auto video = dir / "red.webm";
+  run_ffmpeg(
+      "-f lavfi -i color=c=red:s=64x48:r=10:d=4 -c:v libvpx-vp9 -deadline realtime "
+      "-cpu-used 8 " +
+      quoted(video));
+  for (const char* container : {"mp4", "webm", "mkv"}) {
+    const auto path = dir / (std::string("late.") + container);
+    run_ffmpeg("-i " + quoted(opus) + " -itsoffset 1.5 -i " + quoted(video) +
+               " -map 0:a -map 1:v -c copy " + quoted(path));
+    const AudioWindows audio = decode_audio(path, window_options(1.0, 0));
+    ASSERT_GE(audio.num_windows, 3) << container;
+    EXPECT_NEAR(audio.timestamps[0], 0.0, 1e-9) << container;
+    EXPECT_NEAR(audio.timestamps[2], 2.0, 1e-9) << container;
+    VideoDecodeOptions sampling;
+    sampling.num_frames = 2;
+    sampling.width = 16;
+    sampling.height = 16;
+    const VideoFrames frames = decode_video(path, sampling);
+    ASSERT_EQ(frames.num_frames, 2) << container;
+    // The frames on screen 1 s and 3 s into the video's 4 s, 1.5 s after the audio's first
+    // sample. FFmpeg's Matroska muxer moves every stream 6.5 ms later, to keep the Opus
+    // stream's first packet (at -6.5 ms: its pre-skip) from going below 0, and its reader moves
+    // the Opus stream back by its CodecDelay: in the WebM and MKV the video does start up to
+    // 7 ms past 1.5 s.
+    for (int k = 0; k < 2; ++k) {
+      const double expected = 1.5 + 1.0 + 2.0 * k;
+      EXPECT_GE(frames.timestamps[k], expected - 1e-9) << container << ", frame " << k;
+      EXPECT_LE(frames.timestamps[k], expected + 0.007 + 1e-9) << container << ", frame " << k;
+    }
   }
 }
 

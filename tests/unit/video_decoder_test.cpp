@@ -17,6 +17,7 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -1057,6 +1058,145 @@ TEST(VideoDecoder, TimestampsAreOnTheContainersClock) {
   for (int k = 0; k < 4; ++k) {
     EXPECT_TRUE(near_colour(mean_rgb(frames, k), kSecondColours[k])) << "frame " << k;
     EXPECT_NEAR(frames.timestamps[k], 1.0 + k + 0.5, kFramePeriod) << "frame " << k;
+  }
+}
+
+// A clip whose every frame has a colour of its own, so that a test can read which frames were
+// kept: 4 s at 10 fps; frame n has the levels 32 + 64 * d of its base-4 digits d, the first in
+// red, the second in green, the third in blue (64 levels apart: far past what coding moves).
+constexpr int kNumberedFrames = 40;
+constexpr int kNumberedRate = 10;
+constexpr const char* kNumberedClip =
+    "-f lavfi -i \"color=c=black:s=64x48:r=10:d=4,format=gbrp,"
+    "geq=r='32+64*mod(N\\,4)':g='32+64*mod(floor(N/4)\\,4)':b='32+64*mod(floor(N/16)\\,4)'\"";
+
+// The number of the numbered clip's frame that slot `index` shows; -1 when its colour is no
+// frame's.
+int numbered_frame(const VideoFrames& frames, int64_t index) {
+  const Rgb colour = mean_rgb(frames, index);
+  int number = 0;
+  int weight = 1;
+  for (const double level : {colour.r, colour.g, colour.b}) {
+    const long digit = std::lround((level - 32) / 64);
+    if (digit < 0 || digit > 3 || std::abs(level - static_cast<double>(32 + 64 * digit)) > 16) {
+      return -1;
+    }
+    number += static_cast<int>(digit) * weight;
+    weight *= 4;
+  }
+  return number;
+}
+
+// Note [Sampling frames]: the numbered clip's frames on screen at the interval centres, worked
+// out here in whole numbers: with num_frames n, t_k = (2k + 1) * 4 s / 2n; at fps f,
+// ceil(4 * f) frames at t_k = (2k + 1) / 2f.
+std::vector<int> numbered_frames_sampled(const VideoDecodeOptions& options) {
+  std::vector<int> numbers;
+  if (options.num_frames > 0) {
+    for (int k = 0; k < options.num_frames; ++k) {
+      numbers.push_back((2 * k + 1) * kNumberedFrames / (2 * options.num_frames));
+    }
+    return numbers;
+  }
+  const auto fps = static_cast<int>(options.fps);
+  const int count = (kNumberedFrames * fps + kNumberedRate - 1) / kNumberedRate;
+  for (int k = 0; k < count; ++k) {
+    numbers.push_back(std::min(kNumberedFrames - 1, (2 * k + 1) * kNumberedRate / (2 * fps)));
+  }
+  return numbers;
+}
+
+// Checks that `frames`, decoded from the numbered clip with `options`, are the frames on screen
+// at the sampled times, stamped with their own times plus `clip_start` on the sample clock.
+void expect_numbered_frames(const VideoFrames& frames, const VideoDecodeOptions& options,
+                            double clip_start, const std::string& what) {
+  const std::vector<int> expected = numbered_frames_sampled(options);
+  std::vector<double> expected_times;
+  for (const int number : expected) {
+    expected_times.push_back(clip_start + static_cast<double>(number) / kNumberedRate);
+  }
+  std::vector<int> got;
+  for (int64_t k = 0; k < frames.num_frames; ++k) got.push_back(numbered_frame(frames, k));
+  const std::string sampling =
+      what + (options.num_frames > 0 ? ", num_frames " + std::to_string(options.num_frames)
+                                     : ", fps " + std::to_string(options.fps));
+  EXPECT_NEAR(frames.duration_s, 4.0, 1e-6) << sampling;
+  EXPECT_EQ(got, expected) << sampling << ": the frames kept";
+  ASSERT_EQ(frames.timestamps.size(), expected_times.size()) << sampling;
+  for (size_t k = 0; k < expected_times.size(); ++k) {
+    if (std::abs(frames.timestamps[k] - expected_times[k]) > 1e-9) {
+      ADD_FAILURE() << sampling << ": timestamps " << ::testing::PrintToString(frames.timestamps)
+                    << ", expected " << ::testing::PrintToString(expected_times);
+      break;
+    }
+  }
+}
+
+// Note [Sample clock] in ffmpeg_common.hpp and Note [Stream durations] in ffmpeg_common.cpp:
+// the same coded frames give the same frames and timestamps in every container, whether the
+// file starts at 0 or 1.5 s in (the origin of the timestamps is the file's start; durations and
+// sampled times count from the stream's start). Matroska states no duration per stream, only
+// its Segment's, which runs from time 0: counted from the stream's start instead, it would
+// sample a clip that starts 1.5 s in over 5.5 s, the wrong frames and the last one repeated.
+struct ContainerCase {
+  const char* name;
+  const char* encode;                   // ffmpeg output options of the coded frames
+  const char* first;                    // the file they are coded into
+  std::vector<const char*> containers;  // the files they are copied into
+};
+
+void PrintTo(const ContainerCase& c, std::ostream* out) { *out << c.name; }
+
+class VideoDecoderContainers : public ::testing::TestWithParam<ContainerCase> {};
+
+TEST_P(VideoDecoderContainers, SameFramesAndTimestampsInEveryContainerAndStart) {
+  const ContainerCase& c = GetParam();
+  TempDir dir;
+  const auto coded = dir / c.first;
+  run_ffmpeg(std::string(kNumberedClip) + " " + c.encode + " " + quoted(coded));
+  for (const char* container : c.containers) {
+    for (const double start : {0.0, 1.5}) {
+      const auto file = dir / (std::to_string(start) + "." + container);
+      run_ffmpeg("-i " + quoted(coded) + " -c copy -output_ts_offset " + std::to_string(start) +
+                 " " + quoted(file));
+      for (const VideoDecodeOptions& options :
+           {num_frames_options(7), num_frames_options(3), fps_options(2.0), fps_options(3.0)}) {
+        expect_numbered_frames(decode_video(file, options), options, 0.0, file.filename().string());
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, VideoDecoderContainers,
+    ::testing::Values(
+        ContainerCase{"h264",
+                      "-c:v libx264 -pix_fmt yuv420p -x264-params keyint=10:bframes=2",
+                      "coded.mp4",
+                      {"mp4", "mkv"}},
+        ContainerCase{"vp9",
+                      "-c:v libvpx-vp9 -g 10 -deadline realtime -cpu-used 8 -crf 20 -b:v 0",
+                      "coded.webm",
+                      {"mp4", "mkv", "webm"}}),
+    [](const ::testing::TestParamInfo<ContainerCase>& info) {
+      return std::string(info.param.name);
+    });
+
+// A video that starts 1.5 s after its audio, in one file: sampled over its own 4 s, its frames
+// stamped from the audio's start, in Matroska as in MP4. (The audio is FLAC, which has no
+// encoder delay that would move either stream.)
+TEST(VideoDecoderContainers, VideoStartingAfterItsAudioIsSampledOverItsOwnSpan) {
+  TempDir dir;
+  const auto coded = dir / "coded.mp4";
+  run_ffmpeg(std::string(kNumberedClip) +
+             " -c:v libx264 -pix_fmt yuv420p -x264-params keyint=10:bframes=2 " + quoted(coded));
+  for (const char* container : {"mp4", "mkv"}) {
+    const auto file = dir / (std::string("late.") + container);
+    run_ffmpeg("-f lavfi -i sine=frequency=440:sample_rate=48000:duration=3 -itsoffset 1.5 -i " +
+               quoted(coded) + " -map 0:a -map 1:v -c:v copy -c:a flac -strict -2 " + quoted(file));
+    for (const VideoDecodeOptions& options : {num_frames_options(7), fps_options(2.0)}) {
+      expect_numbered_frames(decode_video(file, options), options, 1.5, file.filename().string());
+    }
   }
 }
 
