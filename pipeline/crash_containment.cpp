@@ -35,6 +35,11 @@ namespace precompute {
 //   with two crashes, or the one the watchdog flagged, is recorded as failed without being
 //   decoded again. Innocent samples that happened to be in flight are prepared alone once and
 //   go on normally.
+// A sample not decoded again still goes through the preparer, whole, told to skip its media
+// (SkippedMedia): the preparer alone decides which modalities a line gives (audio may come from
+// the clip) and records each skipped one once. Handed the line without its media instead, it
+// would judge a line without a caption as giving nothing and add a no_input record for every
+// modality beside the crash ones.
 // A kill by the user or the scheduler (SIGKILL of the whole job) is not a crash: nothing is
 // quarantined, the rerun simply resumes.
 
@@ -255,11 +260,8 @@ SampleWatchdog::~SampleWatchdog() {
 }
 
 ContainedPreparer::ContainedPreparer(Prepare prepare, InflightJournal& journal,
-                                     Quarantine quarantine, std::array<bool, kNumModalities> enabled)
-    : prepare_(std::move(prepare)),
-      journal_(&journal),
-      quarantine_(std::move(quarantine)),
-      enabled_(enabled) {}
+                                     Quarantine quarantine)
+    : prepare_(std::move(prepare)), journal_(&journal), quarantine_(std::move(quarantine)) {}
 
 PreparedSamplePtr ContainedPreparer::operator()(const SampleSpec& spec) {
   const auto suspect = quarantine_.find(spec.seq);
@@ -267,26 +269,15 @@ PreparedSamplePtr ContainedPreparer::operator()(const SampleSpec& spec) {
     const std::shared_lock shared(alone_);
     const auto entry = journal_->begin(spec.seq);
     inject_decoder_fault(spec);
-    return prepare_(spec);
+    return prepare_(spec, nullptr);
   }
   const QuarantineEntry& q = suspect->second;
   if (q.timed_out || q.crashes >= 2) {
     // Not decoded again: text alone goes on, the media modalities are recorded as failed.
-    SampleSpec text_only = spec;
-    text_only.video.reset();
-    text_only.audio.reset();
-    auto prepared = std::make_shared<PreparedSample>(*prepare_(text_only));
-    const auto category = q.timed_out ? FailureCategory::kTimeout : FailureCategory::kCrashed;
-    const std::string message = detail::concat(
-        "sample '", spec.id, "': ", q.reason, "; it was skipped so that the run could finish");
-    const bool has_audio = spec.audio.has_value() || spec.video.has_value();
-    if (spec.video && enabled_[modality_index(Modality::kVideo)]) {
-      prepared->failures.push_back({spec.seq, spec.id, Modality::kVideo, category, message});
-    }
-    if (has_audio && enabled_[modality_index(Modality::kAudio)]) {
-      prepared->failures.push_back({spec.seq, spec.id, Modality::kAudio, category, message});
-    }
-    return prepared;
+    const SkippedMedia skipped{q.timed_out ? FailureCategory::kTimeout : FailureCategory::kCrashed,
+                               detail::concat("sample '", spec.id, "': ", q.reason,
+                                              "; it was skipped so that the run could finish")};
+    return prepare_(spec, &skipped);
   }
   // A suspect: prepared with nothing else in flight, so that a crash now names it.
   const std::unique_lock alone(alone_);
@@ -294,7 +285,7 @@ PreparedSamplePtr ContainedPreparer::operator()(const SampleSpec& spec) {
                "it alone", spec.id, spec.seq);
   const auto entry = journal_->begin(spec.seq);
   inject_decoder_fault(spec);
-  return prepare_(spec);
+  return prepare_(spec, nullptr);
 }
 
 }  // namespace precompute

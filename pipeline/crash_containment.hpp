@@ -6,7 +6,6 @@
 // samples that were in flight as suspects in a quarantine file, and the next run prepares each
 // suspect alone, recording it as failed once it has brought the process down twice.
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -117,10 +116,9 @@ class SampleWatchdog {
 // failure records of category `crash` or `timeout`, its text is still embedded.
 class ContainedPreparer {
  public:
-  using Prepare = std::function<PreparedSamplePtr(const SampleSpec&)>;
-  // `enabled`: the run's modalities, for the failure records of skipped samples.
-  ContainedPreparer(Prepare prepare, InflightJournal& journal, Quarantine quarantine,
-                    std::array<bool, kNumModalities> enabled);
+  // SamplePreparer: prepares a sample, or, given SkippedMedia, all of it but its media.
+  using Prepare = std::function<PreparedSamplePtr(const SampleSpec&, const SkippedMedia*)>;
+  ContainedPreparer(Prepare prepare, InflightJournal& journal, Quarantine quarantine);
 
   PreparedSamplePtr operator()(const SampleSpec& spec);
 
@@ -128,7 +126,6 @@ class ContainedPreparer {
   Prepare prepare_;
   InflightJournal* journal_;
   Quarantine quarantine_;
-  std::array<bool, kNumModalities> enabled_;
   std::shared_mutex alone_;  // suspects hold it exclusively
 };
 

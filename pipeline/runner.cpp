@@ -443,8 +443,7 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
   stats.total = static_cast<int64_t>(planned.plan.positions.size());
   GraphSizing sizing = size_graph(config, calibrated);
   InflightJournal journal(config.output.path, calibrated.decode_threads);
-  ContainedPreparer contained(calibrated.preparer, journal, read_quarantine(config.output.path),
-                              {config.video.enabled, config.audio.enabled, config.text.enabled});
+  ContainedPreparer contained(calibrated.preparer, journal, read_quarantine(config.output.path));
   // Two decodes (video, audio) may each take the limit; the watchdog is the backstop for a
   // decoder that ignores FFmpeg's interrupt callback.
   const SampleWatchdog watchdog(

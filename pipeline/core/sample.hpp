@@ -32,6 +32,14 @@ struct SampleSpec {
   int64_t line = 0;  // 1-based manifest line (or file number in folder mode), for messages
 };
 
+// Why a sample's media are not to be decoded (it crashed or hung the process, Note [Crash
+// containment] in pipeline/crash_containment.cpp): each media modality its line gives gets a
+// failure record of this category and message instead.
+struct SkippedMedia {
+  FailureCategory category = FailureCategory::kCrashed;
+  std::string message;
+};
+
 // Frames sampled from a video, already scaled and colour-converted to the encoder's input size.
 // Pixels are RGB24, frame-major, then rows, then columns (THWC), tightly packed.
 struct VideoFrames {

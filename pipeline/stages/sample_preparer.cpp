@@ -254,7 +254,8 @@ bool sample_has_configured_input(const SampleSpec& spec, const Config& config) {
                               config.text.enabled);
 }
 
-PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
+PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec,
+                                             const SkippedMedia* skipped) const {
   const State& s = *state_;
   auto out = std::make_shared<PreparedSample>();
   out->seq = spec.seq;
@@ -273,8 +274,16 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
                       spec.id, modality_name(m), given_inputs(spec), modality_name(m))));
     }
   }
+  // A media modality's decode, or its record when the sample's media are skipped.
+  const auto decode = [&](Modality m, auto&& fn) {
+    if (skipped != nullptr) {
+      out->failures.push_back(failure(spec, m, skipped->category, skipped->message));
+    } else {
+      prepare_one(spec, m, *out, fn);
+    }
+  };
   if (s.video && spec.video) {
-    prepare_one(spec, Modality::kVideo, *out, [&] { out->video = decode_video_on(*spec.video); });
+    decode(Modality::kVideo, [&] { out->video = decode_video_on(*spec.video); });
     if (out->video) {
       const auto relaxed = std::memory_order_relaxed;
       if (out->video->nvdec) stats_->video_nvdec_clips.fetch_add(1, relaxed);
@@ -288,8 +297,7 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec) const {
   // A sample without its own audio file uses its video's audio track.
   const auto& audio_path = spec.audio ? spec.audio : spec.video;
   if (s.audio && audio_path) {
-    prepare_one(spec, Modality::kAudio, *out,
-                [&] { out->audio = decode_audio(*audio_path, s.audio_options); });
+    decode(Modality::kAudio, [&] { out->audio = decode_audio(*audio_path, s.audio_options); });
   }
   if (s.text && spec.text) {
     prepare_one(spec, Modality::kText, *out, [&] {

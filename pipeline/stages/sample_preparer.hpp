@@ -23,7 +23,9 @@ bool sample_has_configured_input(const SampleSpec& spec, const Config& config);
 class SamplePreparer {
  public:
   SamplePreparer(const Config& config, RunStats& stats);
-  PreparedSamplePtr operator()(const SampleSpec& spec) const;
+  // With `skipped`, video and audio are recorded as failed instead of decoded; the line is
+  // still judged by what it gives (no_input), and its caption is still tokenised.
+  PreparedSamplePtr operator()(const SampleSpec& spec, const SkippedMedia* skipped = nullptr) const;
   // The NVDEC sessions that decode video and whether CPU decoders join them; empty when only
   // the CPU decodes (or there is no video).
   std::string video_decoders() const;

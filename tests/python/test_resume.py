@@ -1073,6 +1073,97 @@ def test_decoder_hang_is_bounded_by_the_watchdog(precompute, oracle, dataset, tm
     assert_media_failed(out, oracle, dataset, "c11", "timeout")
 
 
+def assert_failed_once(out: Path, oracle: Oracle, dataset: Dataset, sample_id: str,
+                       expected: Dict[str, str]) -> None:
+    """`out` holds the oracle's output, except that `sample_id` has exactly the failure records
+    `expected` (modality -> category), one per modality, and none of those modalities embedded;
+    its other modalities and every other sample are as in the oracle."""
+    snap = snapshot(out)
+    assert_well_formed(snap, dataset.ids)
+    records = sorted((f[2], f[3]) for f in snap.failures if f[1] == sample_id)
+    assert records == sorted(expected.items()), (
+        f"{sample_id}'s failure records: {[f for f in snap.failures if f[1] == sample_id]}")
+    assert ([f for f in snap.failures if f[1] != sample_id]
+            == [f for f in oracle.snap.failures if f[1] != sample_id])
+    others = [i for i in oracle.snap.samples
+              if i != sample_id and snap.samples.get(i) != oracle.snap.samples[i]]
+    assert not others, f"stored values differ from the oracle's for ids {others}"
+    kept = [m for m in MODALITIES if m not in expected
+            and oracle.snap.samples.get(sample_id, {}).get(m, {}).get("present")]
+    if not kept:
+        assert sample_id not in snap.samples, "stored without any embedding"
+    else:
+        record = snap.samples[sample_id]
+        assert all(record[m] == oracle.snap.samples[sample_id][m] for m in kept)
+        assert all(record[m]["present"] == 0 for m in expected)
+    assert_no_leftovers(out)
+    assert not (out / ".precompute.quarantine").exists(), "quarantine kept after a full run"
+
+
+# c10 and c17 have a clip and an audio file but no caption: once their media are skipped, their
+# line gives nothing else to prepare.
+CAPTIONLESS_CRASH = {"PRECOMPUTE_TEST_DECODER_FAULT": "crash:v10.mp4"}
+CRASHED = {"video": "crash", "audio": "crash"}
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new-folder", "overwrite"])
+def test_crashed_sample_without_a_caption_is_recorded_once(precompute, oracle, dataset, tmp_path,
+                                                           overwrite):
+    """A decoder that segfaults on the clip of a sample without a caption: its video and audio
+    each get one record, of category 'crash', and nothing else. With its media skipped, nothing
+    of the line is left to prepare, yet the line gives a clip: no no_input record ("the line
+    gives nothing") for any modality."""
+    out = tmp_path / "out"
+    flags = ["--max-failures", "10"]
+    if overwrite:
+        precompute.run(out)  # an earlier run for --overwrite to remove
+        flags.append("--overwrite")
+    r = precompute.run(out, *flags, timeout=120, env=CAPTIONLESS_CRASH)
+    assert "the run died (signal 11" in r.stderr
+    assert_failed_once(out, oracle, dataset, "c10", CRASHED)
+
+
+def test_hung_sample_without_a_caption_is_recorded_once(precompute, oracle, dataset, tmp_path):
+    """The same for a decoder that hangs: one record per media modality, 'timeout'."""
+    config = dataset.variant(tmp_path, "timeout", lambda c: c["run"].update(sample_timeout_s=1))
+    out = tmp_path / "out"
+    r = precompute.run(out, "--max-failures", "10", config=config, timeout=120,
+                       env={"PRECOMPUTE_TEST_DECODER_FAULT": "hang:v17.mp4"})
+    assert "its watchdog ended it" in r.stderr
+    assert_failed_once(out, oracle, dataset, "c17", {"video": "timeout", "audio": "timeout"})
+
+
+def test_crashed_sample_whose_audio_is_its_clip_is_recorded_once(precompute, oracle, dataset,
+                                                                 tmp_path):
+    """A caption-less sample without an audio file takes its audio from the clip that crashes:
+    audio is recorded once, as 'crash', like video."""
+    entries = copy.deepcopy(dataset.entries)
+    assert entries[10]["id"] == "c10"
+    del entries[10]["audio"]
+    manifest = write_manifest(tmp_path / "manifest.jsonl", entries)
+    out = tmp_path / "out"
+    precompute.run(out, "--input", str(manifest), "--max-failures", "10", timeout=120,
+                   env=CAPTIONLESS_CRASH)
+    assert_failed_once(out, oracle, dataset, "c10", CRASHED)
+
+
+def test_kill_between_crashes_then_resume_records_the_crash_once(precompute, oracle, dataset,
+                                                                 tmp_path):
+    """kill -9 of the whole job once the supervisor has quarantined the crash, before the
+    restarted run settles it: rerunning the same command resumes from the quarantine and
+    records the crash once."""
+    out = tmp_path / "out"
+    flags = ["--max-failures", "10"]
+    with precompute.start(out, *flags, env=CAPTIONLESS_CRASH) as job:
+        poll(lambda: (out / ".precompute.quarantine").exists(), 120, "the first crash", job)
+        job.kill_group()
+    wait_until_gone(str(out))
+    assert (out / ".precompute.quarantine").exists()
+    r = precompute.run(out, *flags, timeout=120, env=CAPTIONLESS_CRASH)
+    assert "resuming" in r.stderr
+    assert_failed_once(out, oracle, dataset, "c10", CRASHED)
+
+
 # --------------------------------------------------------------------------------------------
 # 10. --retry-failed
 
@@ -1105,6 +1196,23 @@ def test_retry_failed_redoes_samples_whose_file_appeared(precompute, oracle, dat
     precompute.run(out, "--input", str(manifest), "--retry-failed")
     # The redone shard covers the same positions under a new file number (the one it replaced
     # stays intact until the index lists the new one).
+    after = assert_same_output(out, oracle.snap, dataset.ids, same_layout=False)
+    assert [entry[2:] for entry in after.layout] == [entry[2:] for entry in oracle.snap.layout]
+    assert_no_leftovers(out)
+
+
+def test_retry_failed_after_a_crash_replaces_its_records(precompute, oracle, dataset, tmp_path):
+    """--retry-failed after a contained crash decodes the crashed sample again: while the decoder
+    still crashes, the crash is pinned on it again and its records are replaced, not added to;
+    once it no longer crashes, the sample is embedded and the output equals the oracle."""
+    out = tmp_path / "out"
+    flags = ["--max-failures", "10"]
+    precompute.run(out, *flags, timeout=120, env=CAPTIONLESS_CRASH)
+    r = precompute.run(out, *flags, "--retry-failed", timeout=120, env=CAPTIONLESS_CRASH)
+    assert "--retry-failed: redoing" in r.stderr and "the run died (signal 11" in r.stderr
+    assert_failed_once(out, oracle, dataset, "c10", CRASHED)
+
+    precompute.run(out, *flags, "--retry-failed")
     after = assert_same_output(out, oracle.snap, dataset.ids, same_layout=False)
     assert [entry[2:] for entry in after.layout] == [entry[2:] for entry in oracle.snap.layout]
     assert_no_leftovers(out)

@@ -1,7 +1,9 @@
 // SampleWatchdog against a stopped process (Note [Paused runs] in
 // pipeline/core/pause_clock.cpp), in a child process of its own: the test stops it as a
 // scheduler's suspend or a cgroup freezer would, without the SIGCONT handler a run installs,
-// so that only the watchdog's own ticks can tell a pause from a stuck decoder.
+// so that only the watchdog's own ticks can tell a pause from a stuck decoder. And the failure
+// records ContainedPreparer and the real SamplePreparer make together for a sample that is not
+// decoded again (Note [Crash containment] in pipeline/crash_containment.cpp).
 
 #include "pipeline/crash_containment.hpp"
 
@@ -13,7 +15,14 @@
 #include <csignal>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include "pipeline/core/config.hpp"
+#include "pipeline/run_stats.hpp"
+#include "pipeline/stages/sample_preparer.hpp"
 
 namespace precompute {
 namespace {
@@ -47,6 +56,59 @@ TEST(SampleWatchdogTest, AStopBeforeItsFirstTickIsAPauseNotATimeout) {
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "exit 75: the watchdog took the stop for a stuck sample";
+}
+
+// (modality, category) of each failure record, by name.
+using Records = std::vector<std::pair<std::string_view, std::string_view>>;
+
+Records records_of(const PreparedSample& prepared) {
+  Records records;
+  for (const auto& f : prepared.failures) {
+    records.emplace_back(modality_name(f.modality), failure_category_name(f.category));
+  }
+  return records;
+}
+
+// Lines with a clip and nothing else (no caption, no audio file): once their media are skipped,
+// nothing of the line is left to prepare, and yet each media modality must get exactly one record,
+// of the quarantine's category, and no no_input record beside it. The clips do not exist: a decode
+// would record them as missing.
+TEST(ContainedPreparerTest, ASkippedSampleHasOneRecordPerMediaModality) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("precompute-contained-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  Config config;
+  config.video.enabled = true;
+  config.video.decoder = VideoDecoderKind::kCpu;
+  config.audio.enabled = true;  // from the clip's track: the line has no audio file
+  RunStats stats;
+  const SamplePreparer preparer(config, stats);
+  Quarantine quarantine;
+  quarantine[3] = {3, 2, false, "the process crashed (signal 11) twice while preparing it"};
+  quarantine[4] = {4, 1, true, "preparing it took longer than run.sample_timeout_s"};
+  {
+    InflightJournal journal(dir, 1);
+    ContainedPreparer contained(preparer, journal, quarantine);
+    SampleSpec crashed;
+    crashed.seq = 3;
+    crashed.id = "crashed";
+    crashed.video = dir / "crashed.mp4";
+    SampleSpec hung = crashed;
+    hung.seq = 4;
+    hung.id = "hung";
+    hung.video = dir / "hung.mp4";
+
+    const auto c = contained(crashed);
+    EXPECT_EQ(records_of(*c), (Records{{"video", "crash"}, {"audio", "crash"}}));
+    EXPECT_FALSE(c->video || c->audio || c->text);
+    const auto h = contained(hung);
+    EXPECT_EQ(records_of(*h), (Records{{"video", "timeout"}, {"audio", "timeout"}}));
+    for (const auto& f : h->failures) {
+      EXPECT_NE(f.message.find("sample 'hung': preparing it took longer"), std::string::npos)
+          << f.message;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
