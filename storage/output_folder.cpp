@@ -111,7 +111,10 @@ std::string read_lock_holder(int fd) {
   const ssize_t n = ::pread(fd, buffer, sizeof(buffer) - 1, 0);
   std::string pid = n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
   while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-  return pid.empty() ? "unknown" : pid;
+  const bool digits = !pid.empty() && std::all_of(pid.begin(), pid.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
+  return digits ? pid : std::string();
 }
 
 int take_lock(const fs::path& dir, int owner_pid) {
@@ -123,9 +126,14 @@ int take_lock(const fs::path& dir, int owner_pid) {
     const int error = errno;
     const std::string holder = read_lock_holder(fd);
     ::close(fd);
+    // The holder writes its pid just after it takes the lock: a run that looks in between, or
+    // a lock file emptied by hand, finds none, and names no process to signal.
     PC_CHECK(error != EWOULDBLOCK, OutputLockedError, "output folder ", dir,
-             " is in use by another precompute run (pid ", holder,
-             "); wait for it to finish, stop it (kill ", holder, "), or choose another --output");
+             " is in use by another precompute run",
+             holder.empty() ? std::string() : " (pid " + holder + ")",
+             "; wait for it to finish, stop it",
+             holder.empty() ? std::string() : " (kill " + holder + ")",
+             ", or choose another --output");
     PC_THROW(OutputFolderError, "cannot lock the output folder ", dir, " (", file, "): ",
              std::generic_category().message(error));
   }

@@ -175,7 +175,9 @@ def test_merge_refuses_a_missing_or_unfinished_rank(job, oracle, job_data):
 
     refused = job.tool("merge", str(job.out), expect=1)
     assert "rank 2 of 4: not started" in refused.stderr, refused.stderr
-    assert f"--config {job.config_path} --rank 2 --world-size 4" in refused.stderr
+    # Never started: the command the job ran with (rank 0's), for rank 2.
+    assert f"--config {job.config_path} --progress-interval 0 --rank 2 --world-size 4" \
+        in refused.stderr
     assert "rank 0 of 4" not in refused.stderr
     assert not (job.out / "index.json").exists()
     status = job.tool("status", str(job.out)).stdout
