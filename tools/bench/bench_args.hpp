@@ -1,7 +1,7 @@
 #pragma once
-// The command line of the C++ bench tools (decode_bench, shard_bench): each argument in turn,
-// options that take the next argument as their value, and a value that is not a number ending
-// the tool through its usage(why) (exit 2).
+// The command line of the C++ bench tools (decode_bench, shard_bench, manifest_bench): each
+// argument in turn, options that take the next argument as their value, and a value that is not
+// a number ending the tool through its usage(why) (exit 2).
 //
 //   for (BenchArgs args(argc, argv, usage); args.next();) {
 //     if (args.is("--threads")) a.threads = args.number<int>();
