@@ -1,8 +1,9 @@
 #pragma once
 // Reading the input: a manifest (JSONL, CSV or TSV) or a folder of media files, into SampleSpecs
 // in input order with seq = position. Everything is checked before any work starts: a broken
-// line, a missing id, an id that is not UTF-8 text or holds a NUL, a media path with a NUL, or a
-// duplicate id stops the run with the line numbers and the fix. Ids that differ only in Unicode
+// line, a JSONL line that repeats a key, a missing id, an id that is not UTF-8 text or holds a
+// NUL, a media path with a NUL, or a duplicate id stops the run with the line numbers and the
+// fix. Ids that differ only in Unicode
 // normalization (NFC vs NFD) are kept, with a warning naming the first such pair.
 
 #include <filesystem>
@@ -20,11 +21,12 @@ enum class ManifestFormat { kJsonl, kCsv, kTsv };
 ManifestFormat manifest_format_for(const std::filesystem::path& file);
 
 // Reads a manifest file. Relative media paths resolve against the manifest's folder. Throws
-// InputError naming the file and line for bad syntax, a missing or invalid id (NUL, not UTF-8),
-// a media path with a NUL, a sample with no input, or a duplicate id (naming both lines).
-// `keep_columns` (output.keep_columns) fills each sample's `columns` (Note [Kept columns] in
-// manifest.cpp): a column the manifest lacks, or a value with a NUL or bytes that are not UTF-8,
-// is an InputError too.
+// InputError naming the file and line for bad syntax, a key written twice in a JSONL line
+// (naming the key), a missing or invalid id (NUL, not UTF-8), a media path with a NUL, a sample
+// with no input, or a duplicate id (naming both lines). `keep_columns` (output.keep_columns)
+// fills each sample's `columns` (Note [Kept columns] in manifest.cpp), a JSONL value that is not
+// a string as the line writes it: a column the manifest lacks, or a value with a NUL or bytes
+// that are not UTF-8, is an InputError too.
 std::vector<SampleSpec> read_manifest(const std::filesystem::path& file,
                                       const std::vector<std::string>& keep_columns = {});
 

@@ -18,6 +18,13 @@ printf 'id,video,audio,text\r\na,a.mp4,,"quoted, with comma"\r\nb,,b.wav,"two\nl
   > "$m/quoted.csv"
 printf 'ID\ttext\textra\nt1\thello\tx\nt2\t"tab\tinside"\ty\n' > "$m/upper.tsv"
 printf 'id,text\na,"never closed\n' > "$m/unclosed.csv"
+# Kept values of every JSON kind, as written (the fuzzer keeps "label"), and repeated keys.
+printf '%s\n' '{"id": "a", "text": "x", "label": [ 1 ,{"k": 1, "k": 2}, "]}\"\\" ]}' \
+  '{"id":"b","text":"x","label":-0}' '{"id":"c","text":"x","\u006cabel":1E5,"n":null}' \
+  '{"id": "d", "text": "x", "label": "caf\u00e9"}' '{"id": "e", "text": "x", "label" :{ } }' \
+  > "$m/kept_values.jsonl"
+printf '%s\n' '{"id": "a", "text": "x", "label": 1}' \
+  '{"id": "b", "text": "y", "label": 1, "\u006cabel": 2}' > "$m/repeated_key.jsonl"
 # Regressions: inputs the fuzzer once crashed on, checked first on every run.
 printf '{"id": "a", "text": "x", "n": 1e999}\n' > "$m/number_overflow.jsonl"
 printf 'id,video,video,text\na,x.mp4,hello\n' > "$m/duplicate_column.csv"

@@ -53,7 +53,7 @@ EXPECTED = {  # what each embedded sample stores, in KEEP's order
     "s0": ["cat", "train", "yes"],
     "s1": ["3", "", "true"],
     "s3": ["", "", ""],
-    "s4": ['["a",2]', '{"k":1.5}', "caf\u00e9 \u2615"],
+    "s4": ['["a", 2]', '{"k": 1.5}', "caf\u00e9 \u2615"],  # as json.dumps wrote them
     "s5": ["dog", "val", ""],
     "s6": ["", "test", "x"],
 }
@@ -106,6 +106,53 @@ def test_kept_columns_are_strings_aligned_with_ids(made):
     assert index["config"]["output"]["keep_columns"] == KEEP
     with h5py.File(out / index["shards"][1]["file"], "r") as f:  # s2 and s3
         assert "columns" not in f["failures"]
+
+
+# Values that are not JSON strings, as a manifest writes them: each must be stored as these bytes,
+# not as a parser's number or tree written out again (-0, 1E5 and [1, 2] came back as 0, 100000.0
+# and [1,2]). The last is a JSON string: stored decoded.
+AS_WRITTEN = ["1e+20", "100.0", "1.1", "-0", "1E5", "1e-400", "123456789012345678901234567890",
+              "[1, 2]", '{"a": 1.0}', "true", "false", "{ }", '[ [ [] ] ,\t{"k": 1, "k": 2} ]',
+              '"caf\\u00e9 \\ud83d\\ude00"']
+
+
+def test_kept_values_are_the_bytes_the_line_writes(binary, probes, minilm_folder, tmp_path):
+    lines = [f'{{"id": "v{i}", "text": "t", "num" :  {value}  , "after": 1}}'
+             for i, value in enumerate(AS_WRITTEN)]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_bytes("\n".join(lines).encode() + b"\n")
+    out = tmp_path / "out"
+    config = config_for(manifest, out, probes, minilm_folder, ["num"])
+    del config["audio"]
+    run_precompute(binary, tmp_path, config)
+    stored = {}
+    index = json.loads((out / "index.json").read_text())
+    for shard in index["shards"]:
+        with h5py.File(out / shard["file"], "r") as f:
+            stored.update(zip(f["ids"].asstr()[:], f["columns/num"][:]))  # raw bytes
+    assert len(stored) == len(AS_WRITTEN)
+    for i, value in enumerate(AS_WRITTEN):
+        # The line's own bytes between '"num" :  ' and '  , "after"'.
+        line = lines[i].encode()
+        start = line.index(b'"num" :  ') + len(b'"num" :  ')
+        written = line[start:line.index(b'  , "after"')]
+        expected = json.loads(written).encode() if written.startswith(b'"') else written
+        assert stored[f"v{i}"] == expected, value
+
+
+@pytest.mark.parametrize("keep", [["label"], None])
+def test_a_repeated_key_exits_65_naming_the_manifest_line_and_key(binary, probes, minilm_folder,
+                                                                  tmp_path, keep):
+    # Kept or not, a key written twice has no one value: readers keep the first, or the last.
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"id": "a", "text": "x", "label": 1}\n'
+                        '{"id": "b", "text": "y", "label": 1, "\\u006cabel": 2}\n')
+    out = tmp_path / "out"
+    config = config_for(manifest, out, probes, minilm_folder, keep)
+    result = run_precompute(binary, tmp_path, config, expect=65)
+    assert str(manifest) in result.stderr, result.stderr
+    assert "line 2: the key 'label' appears twice" in result.stderr, result.stderr
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_the_one_file_view_maps_the_columns(made):

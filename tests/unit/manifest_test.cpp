@@ -78,14 +78,122 @@ TEST(ManifestTest, JsonlKeepsNamedColumnsAsText) {
   ASSERT_EQ(s.size(), 5u);
   EXPECT_EQ(s[0].columns, (std::vector<std::string>{"train", "cat"}));
   EXPECT_EQ(s[1].columns, (std::vector<std::string>{"", "3"}));  // null: ""
-  // A line without the key (keys are case-sensitive): ""; other JSON: its compact text.
-  EXPECT_EQ(s[2].columns, (std::vector<std::string>{"", "[1,\"two\"]"}));
-  EXPECT_EQ(s[3].columns, (std::vector<std::string>{"2.5", "{\"k\":true}"}));
+  // A line without the key (keys are case-sensitive): ""; other JSON: its text as written.
+  EXPECT_EQ(s[2].columns, (std::vector<std::string>{"", "[1, \"two\"]"}));
+  EXPECT_EQ(s[3].columns, (std::vector<std::string>{"2.5", "{\"k\": true}"}));
   EXPECT_EQ(s[4].columns, (std::vector<std::string>{"", "caf\u00e9 \u00e9"}));
   // Without kept columns nothing is kept.
   EXPECT_TRUE(parse_keeping("{\"id\": \"a\", \"text\": \"x\", \"label\": \"cat\"}\n",
                             ManifestFormat::kJsonl, {})[0]
                   .columns.empty());
+}
+
+// Note [Kept values as written]: a JSON value that is not a string is kept as its bytes in the
+// line, not as the parser's number or tree written out again (-0 came back as 0, 1E5 as
+// 100000.0, [1, 2] as [1,2]).
+TEST(ManifestTest, JsonlKeepsValuesThatAreNotStringsAsTheLineWritesThem) {
+  const std::string deep = std::string(500, '[') + "1" + std::string(500, ']');
+  // Each value as a line writes it, and as it is kept.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"1e+20", "1e+20"},
+      {"100.0", "100.0"},
+      {"1.1", "1.1"},
+      {"-0", "-0"},
+      {"1E5", "1E5"},
+      {"1e-400", "1e-400"},  // below a double's least: the parser reads 0
+      {"123456789012345678901234567890", "123456789012345678901234567890"},
+      {"[1, 2]", "[1, 2]"},
+      {"[ 1 ,\t2\r, 3 ]", "[ 1 ,\t2\r, 3 ]"},
+      {"{\"a\": 1.0}", "{\"a\": 1.0}"},
+      {"{}", "{}"},
+      {"{ }", "{ }"},
+      {"[]", "[]"},
+      {R"(["a,]}\"", {"b": "}{"}, [ ], "\\"])", R"(["a,]}\"", {"b": "}{"}, [ ], "\\"])"},
+      {R"(["caf\u00e9"])", R"(["caf\u00e9"])"},  // escapes inside an array stay escapes
+      {R"(["c\u0000t"])", R"(["c\u0000t"])"},    // so an escaped NUL is six characters
+      {deep, deep},
+      {"true", "true"},
+      {"false", "false"},
+      {"null", ""},
+      // A JSON string is kept as its text: escapes decoded, as before.
+      {R"("caf\u00e9 \ud83d\ude00 \"q\" \\ \/")", "caf\u00e9 \U0001F600 \"q\" \\ /"},
+  };
+  std::string manifest;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string id = std::to_string(i);
+    // The key among others with blanks around the value, and last with none.
+    manifest +=
+        "{\"id\": \"m" + id + "\", \"label\" : \t" + cases[i].first + " \t, \"text\": \"x\"}\n";
+    manifest += "{\"id\":\"l" + id + "\",\"text\":\"x\",\"label\":" + cases[i].first + "}\n";
+  }
+  const auto s = parse_keeping(manifest, ManifestFormat::kJsonl, {"label"});
+  ASSERT_EQ(s.size(), 2 * cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(s[2 * i].columns, std::vector<std::string>{cases[i].second}) << cases[i].first;
+    EXPECT_EQ(s[2 * i + 1].columns, std::vector<std::string>{cases[i].second}) << cases[i].first;
+  }
+  // A byte order mark opening a line after the first is skipped as on the first.
+  const auto bom = parse_keeping(
+      "{\"id\": \"a\", \"text\": \"x\"}\n\xEF\xBB\xBF{\"id\": \"b\", \"text\": \"x\", "
+      "\"label\": 1.50}\n",
+      ManifestFormat::kJsonl, {"label"});
+  ASSERT_EQ(bom.size(), 2u);
+  EXPECT_EQ(bom[1].columns, std::vector<std::string>{"1.50"});
+}
+
+TEST(ManifestTest, ARepeatedKeyInAJsonlLineIsRefusedNamingTheLineAndTheKey) {
+  // Readers disagree on which value a repeated key has: nlohmann and Python keep the last, some
+  // the first, some refuse. Any key at the top level, kept or not.
+  // Each line 2, and the key it repeats.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"id": "a", "text": "x", "label": 1, "label": 2})", "label"},
+      {R"({"id": "a", "id": "b", "text": "x"})", "id"},
+      {R"({"id": "a", "video": "a.mp4", "video": "b.mp4"})", "video"},
+      {R"({"id": "a", "text": "x", "text": "y"})", "text"},
+      {R"({"id": "a", "text": "x", "other": 1, "other": 1})", "other"},
+      {R"({"id": "a", "text": "x", "x\u00e9": 1, "x\u00e9": 1})", "x\u00e9"},
+  };
+  for (const auto& keep : {std::vector<std::string>{}, std::vector<std::string>{"label"}}) {
+    for (const auto& [line, key] : cases) {
+      const auto e = keeping_error("{\"id\": \"g\", \"text\": \"x\", \"label\": 0}\n" + line +
+                                       "\n{\"id\": \"z\", \"text\": \"x\"}\n",
+                                   ManifestFormat::kJsonl, keep);
+      EXPECT_NE(e.find("m line 2: the key '" + key + "' appears twice"), std::string::npos)
+          << line << ": " << e;
+      EXPECT_NE(e.find("remove one"), std::string::npos) << e;
+    }
+  }
+  // The same key once its escapes are decoded: the message shows how each was written.
+  const auto e = error_of(R"({"id": "a", "text": "x", "label": 1, "\u006cabel": 2})"
+                          "\n",
+                          ManifestFormat::kJsonl);
+  EXPECT_NE(e.find("m line 1: the key 'label' appears twice"), std::string::npos) << e;
+  EXPECT_NE(e.find(R"(written "label" and "\u006cabel")"), std::string::npos) << e;
+}
+
+TEST(ManifestTest, ARepeatedKeyInsideAKeptValueIsKeptAsWritten) {
+  // Only the line's own keys are checked: a nested object is stored as its text, both keys in
+  // it, for the trainer's JSON reader to judge (Note [Kept values as written]).
+  const auto s = parse_keeping(
+      R"({"id": "a", "text": "x", "meta": {"k": 1, "k": 2}, "list": [{"k": 1, "k": 2}]})"
+      "\n",
+      ManifestFormat::kJsonl, {"meta", "list"});
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].columns,
+            (std::vector<std::string>{R"({"k": 1, "k": 2})", R"([{"k": 1, "k": 2}])"}));
+}
+
+TEST(ManifestTest, ANumberBeyondADoubleIsRefusedWithTheWayToKeepIt) {
+  // The JSON parser holds numbers as doubles and refuses 1e400: quoting it keeps its text.
+  for (const auto& keep : {std::vector<std::string>{}, std::vector<std::string>{"label"}}) {
+    const auto e = keeping_error(
+        "{\"id\": \"a\", \"text\": \"x\", \"label\": 1}\n"
+        "{\"id\": \"b\", \"text\": \"x\", \"label\": -1e400}\n",
+        ManifestFormat::kJsonl, keep);
+    EXPECT_NE(e.find("m line 2: a number beyond what a double holds"), std::string::npos) << e;
+    EXPECT_NE(e.find("'-1e400'"), std::string::npos) << e;
+    EXPECT_NE(e.find("write it as a string"), std::string::npos) << e;
+  }
 }
 
 TEST(ManifestTest, DelimitedKeepsNamedColumnsMatchedAsTheHeaderIs) {
@@ -122,10 +230,15 @@ TEST(ManifestTest, KeptColumnsTheManifestLacksOrCannotStoreAreRefused) {
   EXPECT_NE(latin1.find("m line 3: the value of kept column 'label'"), std::string::npos)
       << latin1;
   EXPECT_NE(latin1.find("not valid UTF-8 ('caf\\xE9'"), std::string::npos) << latin1;
-  // Bytes that are not UTF-8 in a JSONL value: JSON itself refuses them.
+  // Bytes that are not UTF-8 in a JSONL value, a string or one inside an array kept as
+  // written: JSON itself refuses them.
   EXPECT_NE(keeping_error("{\"id\": \"a\", \"text\": \"x\", \"label\": \"caf\xE9\"}\n",
                           ManifestFormat::kJsonl, {"label"}),
             "");
+  EXPECT_NE(keeping_error("{\"id\": \"a\", \"text\": \"x\", \"label\": [\"caf\xE9\"]}\n",
+                          ManifestFormat::kJsonl, {"label"})
+                .find("m line 1: not valid JSON"),
+            std::string::npos);
   // A NUL in a CSV cell.
   EXPECT_NE(keeping_error("id,text,label\na,x,c\0t\n"s, ManifestFormat::kCsv, {"label"})
                 .find("NUL"),
@@ -339,6 +452,15 @@ TEST(ManifestTest, IdsWithNulAreRefusedNamingTheLine) {
       << j;
   const auto c = error_of("id,text\na,x\nb\0c,y\n"s, ManifestFormat::kCsv);
   EXPECT_NE(c.find("m line 3: the id 'b\\x00c' contains a NUL"), std::string::npos) << c;
+}
+
+TEST(ManifestTest, ARepeatedKeyIsTheFirstBadLineOnlyWhereItComesFirst) {
+  // Sample k is on line k + (k - 1) / 1000 (many_lines' blank lines).
+  const auto e = error_of(many_lines(150'000, {{120'000, R"({"id": 3, "text": "", "text": 1})"},
+                                               {100'000, R"({"id": 1, "id": 2})"},
+                                               {140'000, "{not json"}}),
+                          ManifestFormat::kJsonl);
+  EXPECT_NE(e.find("m line 100099: the key 'id' appears twice"), std::string::npos) << e;
 }
 
 TEST(ManifestTest, MediaPathsWithNulAreRefusedNamingTheLine) {
