@@ -135,7 +135,7 @@ class ViewBuilder {
       // Second, so that it sits in the file's first bytes (Note [Proving a file is ours]).
       write_attribute(root.get(), schema::kOutputIdAttr, index.meta.output_id);
       write_attribute(root.get(), "format_version", kViewFormatVersion);
-      // Note [A view names the index it shows]
+      // What the view was built from (Note [A view names the index it shows]).
       write_attribute(root.get(), kViewIndexSha256Attr, index_sha256(index));
       write_attribute(root.get(), schema::kConfigFingerprintAttr, index.meta.config_fingerprint);
       write_attribute(root.get(), schema::kStorageDtypeAttr, storage_dtype_name(index.meta.dtype));

@@ -288,8 +288,9 @@ void check_not_foreign(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const auto name = entry.path().filename().string();
     if (name == kLockFileName || is_temp_file(entry.path())) continue;
-    if (is_marked_file_name(name) || is_run_file(entry.path())) {
-      ours = true;  // proven by prove_folder
+    // Marked files are proven by prove_folder; rank.json is only in rank folders the tool makes.
+    if (is_marked_file_name(name) || is_run_file(entry.path()) || name == kRankRecordFileName) {
+      ours = true;
     } else {
       foreign.push_back(name);
     }

@@ -600,7 +600,7 @@ void ShardImageBuilder::write_strings(const Group& group, const char* name,
   }
   const H5Handle dataset = write_dataset(group, name, {values.size(), 0}, string_type_.get(),
                                          string_type_.get(), pointers.data(), link_properties);
-  // Note [Digests of string datasets]
+  // Its rows' digest (Note [Digests of string datasets] in shard_schema.hpp).
   write_attribute(dataset.get(), group.child(name) + "@" + schema::kStringsSha256Attr,
                   schema::kStringsSha256Attr, digest.hex());
 }

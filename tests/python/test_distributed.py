@@ -209,6 +209,8 @@ def test_ranks_without_work_exit_0(job):
     # 8 shards over 10 ranks: ranks 0 and 5 have none.
     result = job.rank(0, 10)
     assert "rank 0 of 10 has no work" in result.stderr
+    # Its folder holds only rank.json: a rerun is not refused as a folder of foreign files.
+    assert "has no work" in job.rank(0, 10).stderr
     refused = job.tool("merge", str(job.out), expect=1)
     for r in (1, 2, 3, 4, 6, 7, 8, 9):
         assert f"rank {r} of 10: not started" in refused.stderr
