@@ -162,6 +162,12 @@ def test_ranks_merge_into_the_single_process_output(job, oracle, job_data):
     refused = job.tool("merge", str(job.out), expect=2)
     assert "its index.json was not written by the last merge" in refused.stderr, refused.stderr
     assert (job.out / "index.json").read_bytes() == retried
+    # The output is whole; job.json is the merge's history, which verify notes, and status says
+    # what merge says.
+    verified = job.tool("verify", str(job.out))
+    assert "job.json describes the merge before a run on this output" in verified.stdout
+    status = job.tool("status", str(job.out)).stdout
+    assert "not merged: " in status and "was not written by the last merge" in status, status
 
 
 def test_merge_refuses_a_missing_or_unfinished_rank(job, oracle, job_data):

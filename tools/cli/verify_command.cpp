@@ -321,14 +321,20 @@ class Verifier {
                  ? summary[key].get<std::string>()
                  : std::string();
     };
+    const std::string digest = sha256_file(dir_ / kIndexFileName);
     if (text("output_id") != index.meta.output_id) {
       add(Severity::kDamaged, std::string(kJobSummaryFileName),
           "belongs to another output than index.json", fix);
-    } else if (text("index_sha256") != sha256_file(dir_ / kIndexFileName)) {
+    } else if (text("index_sha256") == digest) {
+      return;
+    } else if (text("previous_index_sha256") == digest) {
       add(Severity::kDamaged, std::string(kJobSummaryFileName),
-          "describes another index.json than the folder's (a merge was interrupted, or a run "
-          "on the merged output changed it)",
-          fix);
+          "names an index.json that is not yet the folder's: a merge was interrupted", fix);
+    } else {
+      // A run on the merged output (--retry-failed, say) wrote the index since: job.json is the
+      // merge's history, and a merge would not replace that index.
+      notes_.push_back(fmt::format("{} describes the merge before a run on this output rewrote "
+                                   "index.json", (dir_ / kJobSummaryFileName).string()));
     }
   }
 
