@@ -771,7 +771,7 @@ std::string format_summary(const RunSummary& s) {
   }
   out += fmt::format("; graph ran {:.2f} s", s.graph_seconds);
   if (s.video_clips > 0 && s.graph_seconds > 0) {
-    // Note [How busy the decoders were]
+    // (Note [How busy the decoders were])
     out += ":";
     if (s.nvdec_sessions > 0) {
       out += fmt::format(" NVDEC sessions busy {:.0f}% of it,",

@@ -59,8 +59,8 @@ void check_cuda(cudaError_t error, const char* what) {
   }
 }
 
-// The driver calls that make a session's context current (Note [One CUDA context per
-// session]), found through the runtime so that the binary does not link libcuda, which
+// The driver calls that make a session's context current (Note [One CUDA context for a GPU's
+// sessions]), found through the runtime so that the binary does not link libcuda, which
 // machines without a GPU lack.
 struct DriverCalls {
   CUresult (*push)(CUcontext) = nullptr;
