@@ -340,14 +340,26 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
     index.rank = IndexRank{context.partition.rank, context.partition.world_size, span.first_seq,
                            span.end_seq};
   }
-  write_index(config.output.path, index);
-  refresh_dataset_view(config.output.path, index);  // never throws: the view is a convenience
-  spdlog::debug("start-up: index and view written");
-  if (output.overwrite && context.after_overwrite) context.after_overwrite();
-
   RunPlan plan = plan_run(input.samples, index, config.output.shard_size,
                           config.output.retry_failed, config.output.path, span.first_seq,
                           span.end_seq);
+  if (previous && output.earlier && plan.positions.empty()) {
+    // Note [A resume with nothing to do]
+    // Every sample is committed already, so the earlier index stays as it is on disk, with the
+    // config it records: a rerun with another --batch-size (free to change on resume) stores
+    // nothing new, and rewriting the index would only make the record disagree with the run
+    // that made the shards. The view is remade only when it is not this index's.
+    index = *output.earlier;
+    if (!dataset_view_problem(config.output.path, index).empty()) {
+      refresh_dataset_view(config.output.path, index);
+    }
+  } else {
+    write_index(config.output.path, index);
+    refresh_dataset_view(config.output.path, index);  // never throws: the view is a convenience
+  }
+  spdlog::debug("start-up: index and view written");
+  if (output.overwrite && context.after_overwrite) context.after_overwrite();
+
   if (previous) {
     spdlog::info("resuming {}: {} of {} samples are in committed shards; {} to process in {} "
                  "shard(s)",

@@ -875,6 +875,32 @@ def test_shard_size_may_change_on_resume(precompute, oracle, dataset, tmp_path):
     assert_no_leftovers(out)
 
 
+def test_a_resume_with_nothing_to_do_leaves_every_file_as_it_was(precompute, oracle, dataset,
+                                                                 tmp_path):
+    """A rerun of a finished output with other throughput settings (batch size, decode threads,
+    shard size: all free to change on resume) processes no sample, so it writes nothing: index
+    .json, with the config it records, and dataset.h5 stay byte for byte as they were. A view
+    deleted meanwhile is made again, from the index as it was."""
+    out = tmp_path / "out"
+    precompute.run(out)
+    files = ["index.json", "dataset.h5"] + [e["file"] for e in
+                                            json.loads((out / "index.json").read_text())["shards"]]
+    before = {name: (out / name).read_bytes() for name in files}
+    r = precompute.run(out, "--batch-size", "7", "--decode-threads", "1", "--shard-size", "5")
+    assert "0 to process" in r.stderr, r.stderr[-2000:]
+    for name in files:
+        assert (out / name).read_bytes() == before[name], f"{name} was rewritten"
+    recorded = json.loads(before["index.json"])["config"]
+    assert recorded["video"]["batch_size"] == 4 and recorded["output"]["shard_size"] == SHARD_SIZE
+
+    (out / "dataset.h5").unlink()
+    r = precompute.run(out, "--batch-size", "2")
+    assert "0 to process" in r.stderr, r.stderr[-2000:]
+    assert (out / "dataset.h5").read_bytes() == before["dataset.h5"]
+    assert (out / "index.json").read_bytes() == before["index.json"]
+    assert_same_output(out, oracle.snap, dataset.ids)
+
+
 def test_appended_manifest_processes_only_the_new_samples(precompute, oracle, dataset, tmp_path):
     """Samples appended to the manifest between runs: the rerun keeps every committed shard
     (the old last one is short), embeds only the new samples, and holds what a clean run over
