@@ -32,6 +32,25 @@ namespace precompute {
 
 namespace {
 
+// Note [A stop drops the samples in flight]
+// After a stop request (SIGINT, SIGTERM, SIGHUP) the source takes no more samples, and the
+// samples already taken are dropped rather than finished: a prepare or encode body that starts
+// after the stop throws StoppedError, which cancels the graph, and a decode under way is cut
+// short by its deadline, which counts a stop as passed (Note [Sample deadline]), its result
+// dropped here so that no record of the cut reaches a shard. The shards the writer completed
+// before are committed (the committer is finished after the graph); a dropped sample is
+// redone on resume, so nothing is lost but its work. What a stop still waits for: encoder calls
+// already running (one batch each) and the shards being written, not the decoding of every
+// sample admitted (up to run.max_in_flight of them, each up to run.sample_timeout_s). A decoder
+// stuck inside one call holds the stop; a second signal then exits at once
+// (pipeline/core/stop_request.cpp).
+void throw_if_stopped() {
+  if (stop_requested()) {
+    throw StoppedError(stop_signal(), "stopped: the samples in flight are dropped", __FILE__,
+                       __LINE__);
+  }
+}
+
 void build_and_run(const std::vector<SampleSpec>& input, const std::vector<int64_t>& positions,
                    const PrepareFn& prepare_sample, BatchRouter& router,
                    const EncodeStage& encoder, ShardAssembler& assembler, RunStats& stats,
@@ -43,8 +62,8 @@ void build_and_run(const std::vector<SampleSpec>& input, const std::vector<int64
 
   size_t next = 0;
   flow::input_node<SampleSpec> source(g, [&](tbb::flow_control& control) -> SampleSpec {
-    // A stop (SIGINT/SIGTERM) takes no more samples; those in flight still reach the writer
-    // (Note [Stopping on a signal]).
+    // A stop (SIGINT/SIGTERM) takes no more samples (Note [A stop drops the samples in
+    // flight]).
     if (next < positions.size() && settings.before_sample) settings.before_sample();
     if (next == positions.size() || stop_requested()) {
       control.stop();
@@ -61,7 +80,12 @@ void build_and_run(const std::vector<SampleSpec>& input, const std::vector<int64
 
   flow::function_node<SampleSpec, PreparedSamplePtr> prepare(
       g, static_cast<size_t>(settings.decode_concurrency),
-      [&prepare_sample](const SampleSpec& spec) { return prepare_sample(spec); });
+      [&prepare_sample](const SampleSpec& spec) {
+        throw_if_stopped();
+        auto prepared = prepare_sample(spec);
+        throw_if_stopped();  // its decode may have been cut short by the stop
+        return prepared;
+      });
 
   flow::sequencer_node<PreparedSamplePtr> in_order(
       g, [](const PreparedSamplePtr& s) { return static_cast<size_t>(s->order); });
@@ -105,6 +129,7 @@ void build_and_run(const std::vector<SampleSpec>& input, const std::vector<int64
     if (concurrency == 0) continue;
     encode_nodes.push_back(std::make_unique<Encode>(
         g, concurrency, [&encoder](const ModalityBatch& b) {
+          throw_if_stopped();
           return WriterMessage(std::make_shared<EncodedBatch>(encoder(b)));
         }));
     auto& node = *encode_nodes.back();
@@ -130,7 +155,12 @@ void build_and_run(const std::vector<SampleSpec>& input, const std::vector<int64
   flow::make_edge(flow::output_port<0>(write), limiter.decrementer());
 
   source.activate();
-  g.wait_for_all();
+  try {
+    g.wait_for_all();
+  } catch (const StoppedError&) {
+    // Cancelled by a stop (Note [A stop drops the samples in flight]): the caller commits what
+    // the writer completed and reports the stop.
+  }
 }
 
 }  // namespace

@@ -34,8 +34,9 @@ using PrepareFn = std::function<PreparedSamplePtr(const SampleSpec&)>;
 
 // Runs the samples input[p] for p in `positions` (ascending; a resumed run passes only those
 // not yet committed) through the stages, in an arena of settings.threads, and returns when the
-// last shard is written, or, after a stop request, when the samples taken so far have reached
-// the writer. Rethrows the first exception a stage let escape, after cancelling the rest of the
+// last shard is handed to the committer, or, after a stop request, once the encoder calls under
+// way have ended, the samples in flight dropped (Note [A stop drops the samples in flight] in
+// graph.cpp). Rethrows the first exception a stage let escape, after cancelling the rest of the
 // graph.
 void run_graph(const std::vector<SampleSpec>& input, const std::vector<int64_t>& positions,
                const PrepareFn& prepare, BatchRouter& router, const EncodeStage& encoder,

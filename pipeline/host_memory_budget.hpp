@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "pipeline/core/sample.hpp"
+#include "pipeline/core/stop_request.hpp"
 
 namespace precompute {
 
@@ -24,12 +25,14 @@ class HostMemoryBudget {
   // Called by the source before it takes a sample: waits while the decoded bytes held, plus
   // those of the samples admitted but not decoded yet (`undecoded()`, each counted as the
   // largest sample so far), exceed the budget and at least `min_samples` samples are in flight
-  // (`in_flight()`).
+  // (`in_flight()`). Returns at once after a stop request: the source then takes nothing, and
+  // the samples it waits for are being dropped.
   template <class InFlight, class Undecoded>
   void wait_for_room(InFlight in_flight, Undecoded undecoded) {
     if (budget_ <= 0) return;
     std::unique_lock lock(mutex_);
-    while (in_flight() >= min_samples_ && projected(undecoded()) > budget_) {
+    while (!stop_requested() && in_flight() >= min_samples_ &&
+           projected(undecoded()) > budget_) {
       // Completions lower in_flight() without notifying: poll as well.
       released_.wait_for(lock, std::chrono::milliseconds(20));
     }

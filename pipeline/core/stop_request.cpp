@@ -8,12 +8,14 @@
 namespace precompute {
 
 // Note [Stopping on a signal]
-// The handler only stores to a lock-free atomic (async-signal-safe). The graph's source polls
-// stop_requested() before it takes the next sample; samples already in flight run to the
-// writer, complete shards are committed, the partial one is dropped (its samples are redone on
-// resume). Work in flight is bounded by run.max_in_flight samples and each sample by
-// run.sample_timeout_s, so the stop takes bounded time. Someone who does not want to wait sends
-// the signal again: the process exits at once with the same code.
+// The handler only stores to a lock-free atomic (async-signal-safe). The graph polls
+// stop_requested(): the source takes no more samples, and the samples in flight are dropped,
+// decodes under way cut short (Note [A stop drops the samples in flight] in
+// pipeline/graph.cpp); the shards completed before are committed, and the dropped samples are
+// redone on resume. What the stop waits for is the encoder calls already running and the
+// shards being written. A decoder stuck inside one call cannot be cut short; someone who does
+// not want to wait for it (or for anything) sends the signal again: the process exits at once
+// with the same code, which is safe because only committed shards count.
 
 namespace {
 

@@ -1,7 +1,8 @@
 #pragma once
-// A graceful stop asked for by SIGINT, SIGTERM or SIGHUP (a closed terminal or session): the source stops taking samples, complete
-// shards are committed, and the run exits with 128 + the signal so that a scheduler sees it was
-// interrupted (Note [Stopping on a signal] in stop_request.cpp). A second signal exits at once,
+// A graceful stop asked for by SIGINT, SIGTERM or SIGHUP (a closed terminal or session): the
+// source stops taking samples, the samples in flight are dropped, complete shards are committed,
+// and the run exits with 128 + the signal so that a scheduler sees it was interrupted (Note
+// [Stopping on a signal] in stop_request.cpp). A second signal exits at once,
 // which is safe because only committed shards count (docs/reliability.md).
 
 namespace precompute {

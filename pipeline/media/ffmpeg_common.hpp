@@ -82,7 +82,9 @@ std::string error_text(int errnum);
 // reading packets and decoding. FFmpeg polls it through the AVFormatContext's interrupt callback
 // and our AVIOContext's reads; decode_stream also checks it between packets, so slow decoding
 // counts too. What it cannot stop is one decoder call that never returns: only a process that
-// can be killed (the run's supervisor) bounds that (docs/reliability.md).
+// can be killed (the run's supervisor) bounds that (docs/reliability.md). A stop request counts
+// as the deadline passed, so that a stop does not wait for the decodes under way (Note [A stop
+// drops the samples in flight] in pipeline/graph.cpp).
 class Deadline {
  public:
   // `seconds` from now; > 0.

@@ -612,6 +612,85 @@ def test_stop_signal_then_resume_equals_oracle(precompute, oracle, dataset, tmp_
     assert_no_leftovers(out)
 
 
+@pytest.fixture(scope="module")
+def slow_decodes(tmp_path_factory, probes) -> Path:
+    """A config whose samples take long to decode: one short clip, then 16 lines naming a 40-s
+    360p clip at 60 frames/s decoded in full (seek: false), on one decode thread, one sample per
+    shard. A stop after the first commit finds about ten seconds of decoding admitted into the
+    pipeline."""
+    root = tmp_path_factory.mktemp("slow-decodes")
+    colour_clip(root / "short.mp4", ["red"])
+    long_clip = root / "long.mp4"
+    subprocess.run(["ffmpeg", "-nostdin", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
+                    "testsrc2=s=640x360:r=60:d=40", "-c:v", "libx264", "-preset", "ultrafast",
+                    "-g", "600", "-pix_fmt", "yuv420p", str(long_clip)], check=True)
+    entries = [{"id": "short", "video": str(root / "short.mp4")}]
+    entries += [{"id": f"long{i:02d}", "video": str(long_clip)} for i in range(16)]
+    manifest = write_manifest(root / "manifest.jsonl", entries)
+    config = {"input": {"manifest": str(manifest)},
+              "output": {"path": str(root / "unused"), "shard_size": 1},
+              "run": {"decode_threads": 1},
+              "video": {"encoder": {"path": str(probes / "video_probe.pt")},
+                        "sampling": {"fps": 1}, "size": 32, "seek": False}}
+    path = root / "config.yaml"
+    path.write_text(json.dumps(config, indent=1))
+    return path
+
+
+def test_sigint_stops_within_two_seconds_keeping_the_committed_shards(binary, slow_decodes,
+                                                                      tmp_path):
+    """Ctrl-C with about ten seconds of decoding admitted into the pipeline: samples still being
+    decoded or waiting for a decoder are dropped (their decode is cut short), not finished, so
+    the run exits 130 within two seconds; the shards committed before are intact, and the rerun
+    does the rest. (Finishing what was admitted took 9.5 s here.)"""
+    out = tmp_path / "out"
+    runner = Precompute(binary, slow_decodes)
+    with runner.start(out) as job:
+        poll(lambda: committed_shards(out) >= 1, 120, "the first shard commit", job)
+        signalled = time.monotonic()
+        os.kill(job.pid, signal.SIGINT)
+        code = job.wait(timeout=120)
+        took = time.monotonic() - signalled
+        stderr = job.stderr()
+    assert code == 130, stderr[-3000:]
+    print(f"the stop took {took:.2f} s")
+    assert took < 2.0, f"the stop took {took:.2f} s\n{stderr[-3000:]}"
+    assert "rerun the same command to resume" in stderr
+    committed = assert_committed_intact(out)
+    assert 1 <= committed < 17, "the run was not stopped before its end; the test proves nothing"
+    assert_no_leftovers(out)
+
+    r = runner.run(out)
+    assert f"{committed} of 17 samples are in committed shards" in r.stderr, r.stderr[-2000:]
+    ids = []
+    for entry in json.loads((out / "index.json").read_text())["shards"]:
+        with h5py.File(out / entry["file"], "r") as f:
+            ids += list(f["ids"].asstr()[:])
+    assert sorted(ids) == sorted(["short"] + [f"long{i:02d}" for i in range(16)])
+
+
+def test_a_second_sigint_exits_at_once_when_a_decoder_holds_the_stop(binary, slow_decodes,
+                                                                     tmp_path):
+    """A decoder stuck inside one call (here: made to hang) cannot be cut short, so it holds a
+    graceful stop; the second Ctrl-C exits 130 at once, and the committed shards are intact."""
+    out = tmp_path / "out"
+    runner = Precompute(binary, slow_decodes)
+    with runner.start(out, env={"PRECOMPUTE_TEST_DECODER_FAULT": "hang:long.mp4"}) as job:
+        poll(lambda: committed_shards(out) >= 1, 120, "the first shard commit", job)
+        os.kill(job.pid, signal.SIGINT)
+        time.sleep(1.0)
+        assert job.proc.poll() is None, "the stuck decoder did not hold the first stop"
+        signalled = time.monotonic()
+        os.kill(job.pid, signal.SIGINT)
+        code = job.wait(timeout=120)
+        took = time.monotonic() - signalled
+        stderr = job.stderr()
+    wait_until_gone(str(out))
+    assert code == 130, stderr[-3000:]
+    assert took < 1.0, f"the second signal took {took:.2f} s to end the run"
+    assert assert_committed_intact(out) == 1
+
+
 def test_child_killed_alone_is_restarted_by_the_supervisor(precompute, oracle, dataset,
                                                            tmp_path):
     """The kernel's OOM killer SIGKILLs the working child (not the supervisor) after a shard is
