@@ -9,6 +9,7 @@
 #include "encoders/embedding_output.hpp"
 #include "encoders/torch_encoder.hpp"
 #include "encoders/torchscript_model.hpp"
+#include "pipeline/core/config_bounds.hpp"
 #include "pipeline/core/error.hpp"
 
 namespace precompute {
@@ -21,11 +22,21 @@ namespace {
 // mean averages a sample's windows, none keeps them with their start times.
 // Windows of different lengths (whole-clip mode) are never padded into one forward pass: the
 // batch runs as one pass per length, so a sample's vector does not depend on its batch.
+
+// The keys that shape the model's input, for its messages.
+ModelUse audio_use(const AudioSection& a) {
+  return {Modality::kAudio,
+          detail::concat("audio.sample_rate ", a.sample_rate, ", audio.window_s ",
+                         value_text(a.window_s),
+                         a.window_s > 0 ? "" : " (the whole clip)",
+                         ", audio.dtype ", compute_dtype_name(a.dtype))};
+}
+
 class AudioEncoder final : public TorchEncoder {
  public:
   AudioEncoder(const AudioSection& section, const std::string& device, const ModelHash& hash)
       : TorchEncoder(Modality::kAudio, section, device, hash.get()),
-        model_(section.encoder.path, device_, section.dtype),
+        model_(section.encoder.path, device_, section.dtype, audio_use(section)),
         section_(section) {
     PC_CHECK(model_.num_inputs() == 1 || model_.num_inputs() == 2, ModelError, "audio model ",
              info_.model_file, " takes ", model_.num_inputs(),

@@ -19,11 +19,19 @@ namespace {
 // id to the longest caption of the batch (a third forward() argument, token_type_ids, receives
 // zeros). It returns token vectors [B, L, D], pooled here by `pooling` (mean over real tokens,
 // cls, max, or none to keep every token), or one vector per caption [B, D] with pooling: model.
+
+// The keys that shape the model's input, for its messages.
+ModelUse text_use(const TextSection& t) {
+  return {Modality::kText,
+          detail::concat("text.tokenizer.max_length ", t.max_length.value_or(0),
+                         " (L at most), text.tokenizer.vocab (the ids)")};
+}
+
 class TextEncoder final : public TorchEncoder {
  public:
   TextEncoder(const TextSection& section, const std::string& device, const ModelHash& hash)
       : TorchEncoder(Modality::kText, section, device, hash.get()),
-        model_(section.encoder.path, device_, section.dtype),
+        model_(section.encoder.path, device_, section.dtype, text_use(section)),
         section_(section) {
     PC_CHECK(model_.num_inputs() == 2 || model_.num_inputs() == 3, ModelError, "text model ",
              info_.model_file, " takes ", model_.num_inputs(),

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <optional>
 
+#include "encoders/model_failure_message.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/logging.hpp"
 
 #ifdef PRECOMPUTE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -112,9 +114,15 @@ std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamp
                info_.model_file, " on ", info_.device, " ran out of memory on a batch of ",
                batch.size(), " (cost ", batch_cost(info_.modality, batch), "): ", what);
     }
+    // Outside a TorchScript module (the native BERT, pooling): the same one-line message as
+    // Note [A model's failure in one line], the whole text at debug level.
+    if (log_enabled(LogLevel::kDebug)) {
+      log_message(LogLevel::kDebug, detail::concat(modality_name(info_.modality), " encoder ",
+                                                   info_.model_file, " failed: ", what));
+    }
     PC_THROW(ModelError, modality_name(info_.modality), " encoder ", info_.model_file, " on ",
              info_.device, " failed on a batch of ", batch.size(), ": ",
-             e.what_without_backtrace());
+             model_message_line(what), " (the whole error: --log-level debug)");
   }
   PC_ASSERT(out.size() == batch.size(), "encoder returned ", out.size(), " embeddings for ",
             batch.size(), " samples");

@@ -2,7 +2,9 @@
 
 #include <torch/csrc/jit/api/function_impl.h>
 
+#include "encoders/model_failure_message.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/logging.hpp"
 
 namespace precompute {
 
@@ -19,8 +21,8 @@ at::ScalarType to_scalar_type(ComputeDtype dtype) {
 }
 
 TorchScriptModel::TorchScriptModel(const std::filesystem::path& file, const c10::Device& device,
-                                   ComputeDtype dtype)
-    : file_(file), device_(device), dtype_(to_scalar_type(dtype)) {
+                                   ComputeDtype dtype, ModelUse use)
+    : file_(file), device_(device), dtype_(to_scalar_type(dtype)), use_(std::move(use)) {
   try {
     module_ = torch::jit::load(file.string(), device);
   } catch (const c10::Error& e) {
@@ -42,36 +44,60 @@ TorchScriptModel::TorchScriptModel(const std::filesystem::path& file, const c10:
   num_inputs_ = arguments.size() - 1;
 }
 
+// Note [One tensor out]
+// precompute stores one tensor per call, so a model must return one. For a model returning a
+// tuple or a list (a traced Hugging Face model returns (last_hidden_state, pooler_output)),
+// taking an element would be a guess: the vectors stored would be whatever came first, and
+// nothing would say so. It is refused instead, at the warm-up pass, before any output is
+// written, with what it returned and the one-line fix (return the tensor to store).
 at::Tensor TorchScriptModel::forward(std::vector<c10::IValue> inputs) {
+  // The inputs' shapes for a message, described only when one is needed.
+  const std::vector<c10::IValue> given = inputs;
   c10::IValue output;
   try {
     output = module_.forward(std::move(inputs));
   } catch (const c10::OutOfMemoryError&) {
     throw;  // TorchEncoder::encode releases cached memory; the encode stage splits the batch
   } catch (const c10::Error& e) {
-    // The TorchScript interpreter may rethrow an allocator failure as a plain c10::Error.
-    const std::string what = e.what_without_backtrace();
-    TORCH_CHECK_WITH(OutOfMemoryError, what.find("out of memory") == std::string::npos, what);
-    PC_THROW(ModelError, "model ", file_.filename(), " failed on ", device_.str(), ": ",
-             e.what_without_backtrace());
+    throw_failure(given, e.what_without_backtrace());
   } catch (const std::exception& e) {
     // A `raise` inside TorchScript arrives as torch::jit::JITException, a std::runtime_error;
     // so does an allocator failure deep inside a traced module (seen on an H200: ResNet-50
     // under a 650 MiB budget), which must reach the out-of-memory recovery, not be a model error.
-    const std::string what = e.what();
-    TORCH_CHECK_WITH(OutOfMemoryError, what.find("out of memory") == std::string::npos, what);
-    PC_THROW(ModelError, "model ", file_.filename(), " failed on ", device_.str(), ": ", what);
+    throw_failure(given, e.what());
   }
   if (output.isTensor()) return output.toTensor();
-  if (output.isTuple() && !output.toTupleRef().elements().empty() &&
-      output.toTupleRef().elements()[0].isTensor()) {
-    return output.toTupleRef().elements()[0].toTensor();
+  std::string returned = output.tagKind();
+  if (output.isTuple()) {
+    const auto& e = output.toTupleRef().elements();
+    returned += " (" + describe_values(std::vector<c10::IValue>(e.begin(), e.end())) + ")";
+  } else if (output.isList()) {
+    const auto e = output.toListRef();
+    returned += " (" + describe_values(std::vector<c10::IValue>(e.begin(), e.end())) + ")";
   }
-  if (output.isList() && output.toListRef().size() > 0 && output.toListRef()[0].isTensor()) {
-    return output.toListRef()[0].toTensor();
+  PC_THROW(ModelError, modality_name(use_.modality), " model ", file_, " returned a ", returned,
+           " for input ", describe_values(given), "; precompute stores one tensor per call: make forward() "
+           "return the tensor to store (for example `return out[0]`, or "
+           "`outputs.last_hidden_state` for a Hugging Face model), then save the model again "
+           "with torch.jit.save");
+}
+
+void TorchScriptModel::throw_failure(const std::vector<c10::IValue>& inputs,
+                                     const std::string& what) const {
+  const std::string given = describe_values(inputs);
+  // The interpreter may rethrow an allocator failure as a plain error: the encode stage's
+  // out-of-memory recovery must see it as one, not as a broken model.
+  TORCH_CHECK_WITH(OutOfMemoryError, what.find("out of memory") == std::string::npos, what);
+  if (log_enabled(LogLevel::kDebug)) {
+    log_message(LogLevel::kDebug,
+                detail::concat(modality_name(use_.modality), " model ", file_,
+                               " failed on input ", given, "; its traceback:\n", what));
   }
-  PC_THROW(ModelError, "model ", file_.filename(), " returned ", output.tagKind(),
-           "; precompute needs a tensor (or a tuple/list whose first element is one)");
+  PC_THROW(ModelError, modality_name(use_.modality), " model ", file_, " failed on ",
+           device_.str(), ": ", model_message_line(what), ". It was given ", given,
+           ", shaped by ", use_.input_keys,
+           ": make the model take this input, or change those keys (its traceback: --log-level "
+           "debug)");
 }
 
 std::vector<at::Tensor> TorchScriptModel::weights() const {

@@ -12,18 +12,29 @@
 #include <vector>
 
 #include "pipeline/core/config.hpp"
+#include "pipeline/core/modality.hpp"
 
 namespace precompute {
+
+// What a model is for, for its messages: its modality, and the config keys that shape its
+// inputs with their values ("video.size [224, 224], video.layout frames, video.dtype float32").
+struct ModelUse {
+  Modality modality = Modality::kVideo;
+  std::string input_keys;
+};
 
 class TorchScriptModel {
  public:
   // Throws ModelError naming the file when it is not a TorchScript archive or cannot be moved to
   // the device or dtype.
   TorchScriptModel(const std::filesystem::path& file, const c10::Device& device,
-                   ComputeDtype dtype);
+                   ComputeDtype dtype, ModelUse use);
 
-  // Runs forward() on `inputs` (already on device) and returns its tensor output; for a tuple or
-  // list output, its first element. Throws ModelError naming the model for any other output.
+  // Runs forward() on `inputs` (already on device) and returns its tensor output. Throws
+  // ModelError naming the file, the inputs given and the keys that shape them, with the model's
+  // own message in one line (Note [A model's failure in one line]; the whole traceback is logged
+  // at debug level), and ModelError for an output that is not one tensor (a tuple or a list is
+  // refused, not guessed at: Note [One tensor out]).
   at::Tensor forward(std::vector<c10::IValue> inputs);
 
   // Arguments of forward(), self excluded: lets encoders pass optional extras (lengths,
@@ -36,9 +47,14 @@ class TorchScriptModel {
   std::vector<at::Tensor> weights() const;
 
  private:
+  // Throws the ModelError of a failed forward() on `inputs`; `what` is LibTorch's text.
+  [[noreturn]] void throw_failure(const std::vector<c10::IValue>& inputs,
+                                  const std::string& what) const;
+
   std::filesystem::path file_;
   c10::Device device_;
   at::ScalarType dtype_;
+  ModelUse use_;
   torch::jit::Module module_;
   size_t num_inputs_ = 0;
 };

@@ -21,11 +21,23 @@ namespace {
 //   layout clips: input [B, T, 3, H, W]; the model returns [B, D] (pooling: model) or
 //     [B, T, D] (pooling mean or none).
 // Frames are uploaded as uint8 and converted on the device: a quarter of the bytes cross PCIe.
+
+// The keys that shape the model's input, for its messages.
+ModelUse video_use(const VideoSection& v) {
+  std::string keys = detail::concat("video.size [", v.height, ", ", v.width, "], video.layout ",
+                                    video_layout_name(v.layout));
+  if (v.layout == VideoLayout::kClips) {
+    keys += detail::concat(", video.sampling.num_frames ", v.num_frames);
+  }
+  keys += detail::concat(", video.dtype ", compute_dtype_name(v.dtype));
+  return {Modality::kVideo, keys};
+}
+
 class VideoEncoder final : public TorchEncoder {
  public:
   VideoEncoder(const VideoSection& section, const std::string& device, const ModelHash& hash)
       : TorchEncoder(Modality::kVideo, section, device, hash.get()),
-        model_(section.encoder.path, device_, section.dtype),
+        model_(section.encoder.path, device_, section.dtype, video_use(section)),
         section_(section) {
     const auto options = at::TensorOptions().dtype(at::kFloat).device(device_);
     mean_ = at::tensor(at::ArrayRef<float>(section.mean.data(), 3), at::kFloat)

@@ -22,6 +22,11 @@ struct RunStats {
   std::atomic<int64_t> shards_written{0};
   std::atomic<int64_t> bytes_written{0};
   std::atomic<int64_t> invalid_utf8_texts{0};
+  // Caption tokens ([CLS] and [SEP] aside), and those the vocabulary could not map ([UNK]): a
+  // large share means a wrong vocabulary or case (Note [Unknown tokens] in
+  // pipeline/stages/sample_preparer.cpp).
+  std::atomic<int64_t> text_tokens{0};
+  std::atomic<int64_t> text_unknown_tokens{0};
   std::atomic<int64_t> batch_retries{0};   // failed batches retried sample by sample
   std::atomic<int64_t> oom_splits{0};      // batches split in two after running out of memory
   // Video decoding work (Note [Seeking to what is sampled] in pipeline/media/video_decoder.cpp).

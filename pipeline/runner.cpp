@@ -490,6 +490,7 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
     committer.finish();
   }
   spdlog::info("progress: {}", progress_line(stats, progress_context));
+  calibrated.preparer.warn_about_unknown_tokens();
   check_finished(config, committer.index(), stats);
   // Every sample is committed: suspects of earlier crashes are settled.
   std::error_code ignored;

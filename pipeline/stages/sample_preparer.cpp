@@ -36,6 +36,7 @@ struct SamplePreparer::State {
   AudioDecodeOptions audio_options;
   int64_t max_text_bytes = 0;
   std::optional<WordPieceTokenizer> tokenizer;
+  std::string tokenizer_settings;  // its lower_case and vocabulary, for messages
 };
 
 SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&stats) {
@@ -51,6 +52,11 @@ SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&
   if (state->text) {
     state->max_text_bytes = config.text.max_text_bytes;
     state->tokenizer = make_text_tokenizer(config.text);
+    state->tokenizer_settings = fmt::format(
+        "text.tokenizer.lower_case {}, text.tokenizer.vocab {}",
+        tokenizer_options(config.text).lower_case,
+        config.text.vocab.empty() ? "from the model folder " + config.text.encoder.path.string()
+                                  : config.text.vocab.string());
   }
   state_ = std::move(state);
 }
@@ -196,6 +202,27 @@ int SamplePreparer::nvdec_sessions() const {
   return s.video && s.nvdec ? s.nvdec->size() : 0;
 }
 
+// Note [Unknown tokens]
+// WordPiece maps a word it cannot spell from its vocabulary to [UNK]. A few are normal (a rare
+// symbol, an emoji); many mean that the captions and the vocabulary do not belong together: an
+// uncased vocabulary given captions in capitals with lower_case false, another language's
+// vocabulary, a vocab file of another model. Nothing fails then, and the vectors say little, so
+// the run says so once, after the graph, when more than 5% of the caption tokens it made ([CLS]
+// and [SEP] aside) were [UNK], with the share and the settings to check.
+constexpr double kUnknownTokenShare = 0.05;
+
+void SamplePreparer::warn_about_unknown_tokens() const {
+  const int64_t tokens = stats_->text_tokens.load();
+  const int64_t unknown = stats_->text_unknown_tokens.load();
+  if (tokens == 0 || static_cast<double>(unknown) <= kUnknownTokenShare * tokens) return;
+  spdlog::warn("text: {:.1f}% of the caption tokens ({} of {}) are [UNK], words the vocabulary "
+               "cannot spell: the vocabulary or the lower-casing does not fit these captions "
+               "({}); check text.tokenizer.lower_case and text.tokenizer.vocab (`precompute "
+               "tokenize --config FILE TEXT` shows a caption's tokens)",
+               100.0 * static_cast<double>(unknown) / static_cast<double>(tokens), unknown,
+               tokens, state_->tokenizer_settings);
+}
+
 int SamplePreparer::decode_threads_beside_the_cpu() const {
   return state_->decoder == VideoDecoderKind::kAuto ? nvdec_sessions() : 0;
 }
@@ -319,6 +346,11 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec,
       PC_MEDIA_CHECK(tokens.ids.size() > 2, FailureCategory::kBadText, "sample '", spec.id,
                      "': the caption has no tokens after clean-up (only control or invalid "
                      "characters)");
+      const auto unknown = std::count(tokens.ids.begin() + 1, tokens.ids.end() - 1,
+                                      s.tokenizer->unk_id());
+      stats_->text_tokens.fetch_add(static_cast<int64_t>(tokens.ids.size()) - 2,
+                                    std::memory_order_relaxed);
+      stats_->text_unknown_tokens.fetch_add(unknown, std::memory_order_relaxed);
       out->text = std::move(tokens);
     });
   }

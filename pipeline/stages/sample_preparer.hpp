@@ -34,6 +34,9 @@ class SamplePreparer {
   int decode_threads_beside_the_cpu() const;
   // The NVDEC sessions video decodes on (every GPU's); 0 when only the CPU decodes.
   int nvdec_sessions() const;
+  // Logs a warning when more than 5% of the caption tokens this preparer made were [UNK] (Note
+  // [Unknown tokens] in sample_preparer.cpp); the run calls it once, after the graph.
+  void warn_about_unknown_tokens() const;
 
  private:
   struct State;
