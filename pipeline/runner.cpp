@@ -307,6 +307,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
              const Output& output, const Calibrated& calibrated, const RankSpan& span) {
   OutputIndex index;
   index.meta = calibrated.meta;
+  if (config.text.enabled) index.model_settings = config.text.origins;
   std::optional<OutputIndex> previous;
   if (output.overwrite) {
     output.folder.remove_previous_run();

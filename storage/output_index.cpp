@@ -114,6 +114,11 @@ Json index_to_json(const OutputIndex& index) {
     total_samples_embedded += entry.num_samples;
     total_failures += entry.num_failures;
   }
+  Json settings = Json::object();
+  for (const auto& s : index.model_settings) {
+    settings[s.key] = {{"value", embed_json_text(s.value, "a model setting")},
+                       {"source", s.source}};
+  }
   Json rank = nullptr;
   if (index.rank) {
     rank = {{"rank", index.rank->rank},
@@ -129,6 +134,7 @@ Json index_to_json(const OutputIndex& index) {
       {"tool_version", meta.tool_version},
       {"config_fingerprint", meta.config_fingerprint},
       {"config", embed_json_text(meta.config_json, "the config")},
+      {"model_settings", std::move(settings)},
       {"storage_dtype", storage_dtype_name(meta.dtype)},
       {"chunk_rows", meta.chunk_rows},
       {"total_samples", index.total_samples},
@@ -310,6 +316,19 @@ OutputIndex IndexParser::parse(const std::string& text) {
   index.input_samples = input_samples.get<int64_t>();
   if (index.input_samples < -1) damaged("'input_samples' is below -1");
   index.input_sha256 = string_field(root, "", "input_sha256");
+  // Absent in an index written before the field existed.
+  if (root.contains("model_settings")) {
+    const Json& settings =
+        field(root, "", "model_settings", &Json::is_object, "an object");
+    for (const auto& [key, setting] : settings.items()) {
+      const std::string where = "model_settings." + key;
+      if (!setting.is_object() || !setting.contains("value")) {
+        damaged(detail::concat("'", where, "' is not an object with a value"));
+      }
+      index.model_settings.push_back(
+          {key, setting.at("value").dump(), string_field(setting, where, "source")});
+    }
+  }
 
   const Json& modalities = field(root, "", "modalities", &Json::is_object, "an object");
   for (const auto& [name, object] : modalities.items()) {

@@ -47,6 +47,10 @@ struct OutputIndex {
   // index rebuilt from shards, whose ids were checked one by one instead).
   int64_t input_samples = -1;
   std::string input_sha256;
+  // The settings a text model folder may decide, each with its value and source (Note [Where a
+  // text setting comes from] in encoders/bert/text_settings.cpp); empty without text, and in an
+  // index written before the field existed.
+  std::vector<SettingOrigin> model_settings;
   std::vector<IndexEntry> shards;  // ascending first_seq, ranges disjoint
   // Set in a rank folder: the shards cover [first_seq, end_seq) of the job's input, not all of
   // it.

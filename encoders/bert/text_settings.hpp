@@ -9,8 +9,10 @@
 
 namespace precompute {
 
-// Fills every unset tokenizer, pooling and normalize setting of `text`. Throws ModelError when
-// the bert folder cannot be used (not BERT, files missing), naming the folder and the fix.
+// Fills every unset tokenizer, pooling and normalize setting of `text`, and `text.origins` with
+// each of them and where its value came from (Note [Where a text setting comes from]). Throws
+// ModelError when the bert folder cannot be used (not BERT, files missing), naming the folder and
+// the fix.
 void resolve_text_settings(TextSection& text);
 
 // The tokenizer options of a resolved text section.

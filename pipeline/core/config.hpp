@@ -265,8 +265,20 @@ struct AudioSection : EncoderSection {
   KEY(int64_t, max_text_bytes, 1 << 20, "longer captions fail with category too_large",         \
       Spec().range(count(1, 1 << 30).noted("bytes; 1073741824 is 1 GiB")).in_record())
 
+// The effective value of a setting and where it came from: "model folder", "config file" or
+// "default" (Note [Where a text setting comes from] in encoders/bert/text_settings.cpp).
+struct SettingOrigin {
+  std::string key;     // as a config file spells it: "text.normalize"
+  std::string value;   // as JSON: true, 256, "mean"
+  std::string source;
+  bool operator==(const SettingOrigin&) const = default;
+};
+
 struct TextSection : EncoderSection {
   PRECOMPUTE_TEXT_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+  // Every setting a model folder may decide, once resolve_text_settings() has filled them in
+  // (encoders/bert/text_settings.hpp); logged at start-up and kept in index.json. Not a key.
+  std::vector<SettingOrigin> origins;
 };
 
 #define PRECOMPUTE_INPUT_KEYS(KEY, MEMBER, ROW)                                                 \

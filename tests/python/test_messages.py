@@ -1,17 +1,19 @@
-"""What a run says when something is wrong with the models or their settings, tried as a new
-user would: an encoder that fails on every sample names its file, the input it was given and the
-config keys that shaped it, with the model's own message on one line (the traceback only at
-debug level); a model returning a tuple is refused at start-up; captions the vocabulary cannot
-spell warn once."""
+"""What a run says about its models and their settings, tried as a new user would: an encoder
+that fails on every sample names its file, the input it was given and the config keys that
+shaped it, with the model's own message on one line (the traceback only at debug level); a
+model returning a tuple is refused at start-up; captions the vocabulary cannot spell warn once;
+a copy of configs/reference.yaml keeps a model folder's own settings, and the run says where
+each came from."""
 
 import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from conftest import read_output, run_precompute, sine_file, write_manifest
+from conftest import ROOT, read_output, run_precompute, sine_file, write_manifest
 
 
 def save_scripted(module: torch.nn.Module, path: Path) -> Path:
@@ -190,3 +192,45 @@ def test_captions_the_vocabulary_cannot_spell_warn_once(tmp_path, binary, minilm
     del config["text"]["tokenizer"]
     r = run_precompute(binary, tmp_path, config, "--overwrite")
     assert "[UNK]" not in r.stderr, r.stderr[-3000:]
+
+
+def test_a_copy_of_the_reference_config_keeps_the_model_folders_settings(tmp_path, binary,
+                                                                         minilm_folder):
+    """The README's way in: copy configs/reference.yaml, keep the text section, point its
+    encoder at a Hugging Face folder. all-MiniLM-L6-v2's sentence-transformers settings hold
+    (256 tokens, mean pooling, normalised vectors, as its authors publish them); the run logs
+    each setting with its value and source once, and index.json keeps them. A value the config
+    sets is the config's, and says so."""
+    import yaml
+    config = yaml.safe_load((ROOT / "configs" / "reference.yaml").read_text())
+    del config["video"], config["audio"]
+    long_caption = " ".join(["word"] * 200)  # 202 tokens: past 128, within 256
+    manifest = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "short", "text": "A dog catches a frisbee."}, {"id": "long", "text": long_caption}])
+    config["input"] = {"manifest": str(manifest)}
+    config["output"]["path"] = str(tmp_path / "out")
+    config["text"]["encoder"] = {"type": "bert", "path": str(minilm_folder)}
+    config["text"]["device"] = "cpu"
+    r = run_precompute(binary, tmp_path, config)
+    for line in ["text.tokenizer.max_length: 256 (model folder)",
+                 'text.pooling: "mean" (model folder)', "text.normalize: true (model folder)",
+                 "text.tokenizer.lower_case: true (model folder)",
+                 f'text.tokenizer.vocab: "{minilm_folder}" (model folder)']:
+        assert r.stderr.count(line) == 1, (line, r.stderr[-3000:])
+    out = read_output(tmp_path / "out")
+    for sample in out.samples.values():
+        assert abs(np.linalg.norm(sample["text"]["vector"]) - 1.0) < 2e-3
+    assert not out.samples["long"]["text"]["truncated"]
+    settings = out.index["model_settings"]
+    assert settings["text.normalize"] == {"value": True, "source": "model folder"}
+    assert settings["text.tokenizer.max_length"] == {"value": 256, "source": "model folder"}
+    assert settings["text.pooling"] == {"value": "mean", "source": "model folder"}
+
+    config["text"]["normalize"] = False
+    config["output"]["path"] = str(tmp_path / "out2")
+    r = run_precompute(binary, tmp_path, config)
+    assert "text.normalize: false (config file)" in r.stderr
+    out = read_output(tmp_path / "out2")
+    assert out.index["model_settings"]["text.normalize"] == {"value": False,
+                                                             "source": "config file"}
+    assert abs(np.linalg.norm(out.samples["short"]["text"]["vector"]) - 1.0) > 0.1

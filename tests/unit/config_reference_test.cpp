@@ -1,15 +1,21 @@
 // configs/reference.yaml is where people read what every key does: it must list every key of
-// the table (Note [Config keys]), each with the default the code has.
+// the table (Note [Config keys]), each with the default the code has; a key it leaves commented
+// out (a setting a model folder decides, an alternative) must show, in its own section, a value
+// the key takes.
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/config_fields.hpp"
@@ -41,15 +47,48 @@ YAML::Node at(const YAML::Node& root, const std::string& key) {
   return path.back();
 }
 
-// A key shown in a comment, as an alternative to another ("# folder: data/", "or {num_frames:").
-bool in_a_comment(const std::string& text, const std::string& key) {
-  const std::string name = key.substr(key.rfind('.') + 1);
-  const std::regex shown("#.*(^|[^A-Za-z0-9_])" + name + ":");
-  std::stringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    if (std::regex_search(line, shown)) return true;
+// The lines of `section` ("text"): from its "text:" line to the next top-level key.
+std::vector<std::string> section_lines(const std::string& text, std::string_view section) {
+  std::vector<std::string> lines;
+  bool inside = false;
+  std::stringstream all(text);
+  for (std::string line; std::getline(all, line);) {
+    if (!line.empty() && std::isalpha(static_cast<unsigned char>(line[0]))) {
+      inside = line.rfind(std::string(section) + ":", 0) == 0;
+    }
+    if (inside) lines.push_back(line);
   }
-  return false;
+  return lines;
+}
+
+// The value a comment among `lines` shows for the key named `name`: "# name: value" on a line of
+// its own (what uncommenting the line sets: a setting left to a model folder, an alternative such
+// as input.folder), or "{name: value}" inside a comment (an alternative shown beside another
+// key: "or {num_frames: 8}").
+std::optional<std::string> commented_value(const std::vector<std::string>& lines,
+                                           const std::string& name) {
+  const std::regex own_line("^\\s*#\\s*" + name + ":\\s*([^#]*[^#\\s])\\s*(#.*)?$");
+  const std::regex inline_form("#.*[{ ,]" + name + ":\\s*([^,}#]*[^,}#\\s])\\s*[,}]");
+  std::smatch m;
+  for (const auto& line : lines) {
+    if (std::regex_search(line, m, own_line)) return m[1].str();
+  }
+  for (const auto& line : lines) {
+    if (std::regex_search(line, m, inline_form)) return m[1].str();
+  }
+  return std::nullopt;
+}
+
+// Reads `value` as `f`'s key into `config`; the reader's or the range check's message when it
+// is not a value the key takes.
+std::string read_as(const ConfigField& f, const YAML::Node& value, Config& config) {
+  try {
+    if (!(f.null_unsets && value.IsNull())) f.read(f, YamlNode{value, f.key}, "/ref", config);
+    f.check(f, config);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 TEST(ConfigReferenceTest, ListsEveryKeyWithTheDefaultTheCodeHas) {
@@ -59,15 +98,26 @@ TEST(ConfigReferenceTest, ListsEveryKeyWithTheDefaultTheCodeHas) {
   for (const auto& f : config_fields()) enable_section(defaults, f.section());
   for (const auto& f : config_fields()) {
     EXPECT_FALSE(f.doc.empty()) << f.key << " has no doc line";
-    const YAML::Node node = at(root, f.key);
-    if (!node.IsDefined()) {
-      EXPECT_TRUE(in_a_comment(text, f.key))
-          << f.key << " is not in configs/reference.yaml (nor in a comment there)";
-      continue;
+    const YAML::Node in_file = at(root, f.key);
+    YAML::Node node;  // yaml-cpp assigns through a node it handed out: never assign to in_file
+    if (in_file.IsDefined()) {
+      node.reset(in_file);
+    } else {
+      // Left commented out: the comment must show the key in its own section with a value the
+      // key takes, its default where it has one.
+      const auto shown =
+          commented_value(section_lines(text, f.section()), f.key.substr(f.key.rfind('.') + 1));
+      if (!shown) {
+        ADD_FAILURE() << f.key << " is not in configs/reference.yaml, nor shown in a comment of "
+                      << "its section as '# name: value'";
+        continue;
+      }
+      node.reset(YAML::Load(*shown));
     }
-    if (!f.has_default) continue;  // an example value
     Config read = defaults;
-    if (!(f.null_unsets && node.IsNull())) f.read(f, YamlNode{node, f.key}, "/ref", read);
+    const std::string problem = read_as(f, node, read);
+    EXPECT_EQ(problem, "") << f.key << ": configs/reference.yaml shows a value it does not take";
+    if (!f.has_default || !problem.empty()) continue;  // an example value
     nlohmann::json want;
     nlohmann::json shown;
     f.write(f, defaults, want);

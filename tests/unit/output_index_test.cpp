@@ -60,6 +60,9 @@ OutputIndex make_index() {
   IndexEntry second{"shard-000001-22222222.h5", 1, 2, 1, 1, 0, 0, {1, 0, 1}, 7890,
                     std::string(64, '2')};
   index.shards = {first, second};
+  index.model_settings = {{"text.normalize", "true", "model folder"},
+                          {"text.tokenizer.max_length", "77", "config file"},
+                          {"text.pooling", "\"mean\"", "default"}};
   return index;
 }
 
@@ -86,6 +89,7 @@ void expect_same_index(const OutputIndex& expected, const OutputIndex& actual) {
   EXPECT_EQ(actual.total_samples, expected.total_samples);
   EXPECT_EQ(actual.shard_size, expected.shard_size);
   EXPECT_EQ(actual.input, expected.input);
+  EXPECT_EQ(actual.model_settings, expected.model_settings);
   ASSERT_EQ(actual.shards.size(), expected.shards.size());
   for (size_t i = 0; i < expected.shards.size(); ++i) {
     EXPECT_EQ(actual.shards[i].file, expected.shards[i].file);
@@ -170,6 +174,31 @@ TEST_F(OutputIndexTest, WritesTheDocumentedFields) {
   EXPECT_EQ(json["shards"][1]["bytes"], 7890);
   EXPECT_EQ(json["totals"]["samples"], 3);
   EXPECT_EQ(json["totals"]["failures"], 1);
+  EXPECT_EQ(json["model_settings"]["text.normalize"],
+            nlohmann::ordered_json({{"value", true}, {"source", "model folder"}}));
+  EXPECT_EQ(json["model_settings"]["text.tokenizer.max_length"]["value"], 77);
+  EXPECT_EQ(json["model_settings"]["text.pooling"]["value"], "mean");
+}
+
+// An index written before model_settings existed still reads (its outputs resume); one whose
+// settings are not what the writer writes is damaged.
+TEST_F(OutputIndexTest, ModelSettingsAreOptionalButCheckedWhenThere) {
+  write_index(dir_, make_index());
+  nlohmann::ordered_json json = written_json();
+  json.erase("model_settings");
+  json.erase("checksum");
+  json["checksum"] = sha256_hex(json.dump(-1, ' ', false));
+  write_text(json.dump(2));
+  const auto read = read_index(dir_);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_TRUE(read->model_settings.empty());
+
+  json = written_json();
+  json["model_settings"]["text.normalize"] = true;
+  json.erase("checksum");
+  json["checksum"] = sha256_hex(json.dump(-1, ' ', false));
+  write_text(json.dump(2));
+  expect_damaged("'model_settings.text.normalize' is not an object with a value");
 }
 
 TEST_F(OutputIndexTest, ReplacesThePreviousIndex) {
@@ -254,6 +283,7 @@ TEST_F(OutputIndexTest, AnyEditedFieldIsCaughtByTheChecksum) {
       [](auto& j) { j["config"]["video"]["fps"] = 1.0; },
       [](auto& j) { j["output_id"] = output_id_for(std::string(64, '7')); },
       [](auto& j) { j["shards"][0]["shard_index"] = 5; },
+      [](auto& j) { j["model_settings"]["text.normalize"]["source"] = "config file"; },
   };
   for (size_t i = 0; i < edits.size(); ++i) {
     write_index(dir_, make_index());

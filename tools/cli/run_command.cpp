@@ -125,6 +125,10 @@ CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line) 
     if (config.text.enabled) resolve_text_settings(config.text);
     validate(config);
     setup_logging(config.run.log_level);
+    // Note [Where a text setting comes from]: each value, once per command.
+    for (const auto& s : config.text.origins) {
+      spdlog::info("{}: {} ({})", s.key, s.value, s.source);
+    }
     PartitionFlags partition_flags;
     if (o->rank_option->count() > 0) partition_flags.rank = o->rank;
     if (o->world_size_option->count() > 0) partition_flags.world_size = o->world_size;
