@@ -127,6 +127,58 @@ TEST(ConfigReferenceTest, ListsEveryKeyWithTheDefaultTheCodeHas) {
   }
 }
 
+// The comment of `name`'s line in `lines` and of the comment lines that continue it.
+std::string key_comment(const std::vector<std::string>& lines, const std::string& name) {
+  const std::regex key_line("^\\s*#?\\s*" + name + ":[^#]*(#.*)$");
+  const std::regex continued("^\\s*#(.*)$");
+  std::smatch m;
+  std::string comment;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (!std::regex_search(lines[i], m, key_line)) continue;
+    comment = m[1].str();
+    for (size_t k = i + 1; k < lines.size() && std::regex_search(lines[k], m, continued); ++k) {
+      // A commented-out key of its own starts the next comment.
+      if (std::regex_search(lines[k], std::regex("^\\s*#\\s*[a-z_]+:\\s"))) break;
+      comment += " " + m[1].str();
+    }
+    break;
+  }
+  return std::regex_replace(comment, std::regex("\\s+"), " ");
+}
+
+// A special value a key's range gives 0 ("0: two per NVDEC engine", zero_means), up to the
+// first ';', ':' or ','; empty when 0 means nothing special.
+std::string zero_meaning(const ConfigField& f) {
+  if (!f.bound) return "";
+  std::string text = f.bound->zero.empty() ? std::string(f.bound->note)
+                                           : "0: " + std::string(f.bound->zero);
+  const size_t at = text.find("0: ");
+  if (at == std::string::npos || (at > 0 && text[at - 1] != ' ' && text[at - 1] != ';')) {
+    return "";
+  }
+  text = text.substr(at + 3);
+  return text.substr(0, text.find_first_of(";:,"));
+}
+
+// Where 0 stands for something (one per core, no limit, two sessions per NVDEC engine), the
+// reference's comment says the same words the code's range does, which also make the message
+// of an out-of-range value.
+TEST(ConfigReferenceTest, SaysWhatZeroMeansAsTheCodeDoes) {
+  const std::string text = file_text(kReference);
+  int checked = 0;
+  for (const auto& f : config_fields()) {
+    const std::string meaning = zero_meaning(f);
+    if (meaning.empty()) continue;
+    ++checked;
+    const std::string comment =
+        key_comment(section_lines(text, f.section()), f.key.substr(f.key.rfind('.') + 1));
+    EXPECT_NE(comment.find("0: " + meaning), std::string::npos)
+        << f.key << ": the code says 0 means '" << meaning << "'; configs/reference.yaml says '"
+        << comment << "'";
+  }
+  EXPECT_GE(checked, 10);
+}
+
 TEST(ConfigReferenceTest, ParsesAndPassesValidationOfItsRanges) {
   const auto c = load_config(kReference);
   EXPECT_TRUE(c.video.enabled && c.audio.enabled && c.text.enabled);
