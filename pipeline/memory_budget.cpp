@@ -21,8 +21,9 @@ namespace precompute {
 //   allocation past it fails with c10::OutOfMemoryError, which the encode stage recovers from by
 //   splitting the batch (Note [Out of memory]). The cap is the guarantee.
 // - Batches are sized so that the cap is rarely hit: each GPU encoder is measured at start-up on
-//   batches of the largest sample the config allows (largest_sample), in its batch-limit unit
-//   (frames, audio samples, tokens). The extra memory a call reserves above what was reserved
+//   batches of a probe sample (largest_sample: the longest the config allows where it sets a
+//   length, else 16 frames or 10 s of audio), in its batch-limit unit (frames, audio samples,
+//   tokens). The extra memory a call reserves above what was reserved
 //   before it is fitted as fixed + per_unit * units from two batch sizes. The budget, less the
 //   weights of every encoder on the device, is shared by the encode calls that may run there at
 //   once (each GPU encoder runs two, on two streams) by measured need (Note [Shares by measured

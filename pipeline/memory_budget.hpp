@@ -17,9 +17,12 @@
 
 namespace precompute {
 
-// The largest sample of `m` the config lets through, made up (zeros, [CLS] x ... [SEP]): video
-// clips of video.num_frames frames (16 in fps mode, whose clips vary), audio of one window (10 s
-// in whole-clip mode), text of max_length tokens. Probes batch it.
+// The sample the calibration probes with ("largest sample" in its messages), made up (zeros,
+// [CLS] word ... [SEP]): text of text.tokenizer.max_length tokens and video clips of
+// video.sampling.num_frames frames, the longest the config lets through; where the config sets
+// no length (fps sampling, whole-clip audio) 16 frames and 10 s; audio of one window of
+// audio.window_s otherwise. Costs are fitted per unit (token, frame, audio sample), so a longer
+// sample is priced by its own units (README, "Memory"). Probes batch it.
 PreparedSamplePtr largest_sample(const Config& config, Modality m);
 
 // One encode of `batch` copies of a sample, with the device memory around it.

@@ -2,7 +2,8 @@
 // [Shares by measured need] in pipeline/memory_budget.cpp): plain arithmetic on the needs that
 // the start-up probes measure, so it is checked here without a GPU or LibTorch. The figures are
 // those of docs/benchmarks.md, "Three encoders on one GPU: shares by measured need" (ResNet-50,
-// a small audio encoder and BERT-base on one H200, two calls each, 282.3 MiB of weights).
+// a small audio encoder and BERT-base on one H200, two calls each, 282.3 MiB of weights). The
+// sample those probes batch is checked here too (largest_sample).
 
 #include "pipeline/memory_budget.hpp"
 
@@ -10,11 +11,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "test_media.hpp"
 
 namespace precompute {
 
@@ -261,6 +265,44 @@ TEST(MemoryBudgetTest, MatchesTheFirstVersionWhereThatKeptWithinTheBudget) {
       EXPECT_EQ(split.shares, first) << "round " << round;
     }
   }
+}
+
+// What the calibration measures, as README's "Memory" says: text of max_length tokens, a clip of
+// num_frames frames, 16 frames under fps sampling, one audio window, 10 s of audio under
+// whole-clip windows; at the configured size and rate.
+TEST(MemoryBudgetTest, TheProbeSampleIsWhatTheReadmeSays) {
+  testing::TempDir dir;
+  {
+    std::ofstream vocab(dir / "vocab.txt");
+    vocab << "[PAD]\n[UNK]\n[CLS]\n[SEP]\nword\n";
+  }
+  Config c;
+  c.video.height = 32;
+  c.video.width = 48;
+  c.video.fps = 1.0;
+  const auto clip = largest_sample(c, Modality::kVideo);
+  ASSERT_TRUE(clip->video);
+  EXPECT_EQ(clip->video->num_frames, 16);
+  EXPECT_EQ(clip->video->height, 32);
+  EXPECT_EQ(clip->video->width, 48);
+  c.video.fps = 0.0;
+  c.video.num_frames = 8;
+  EXPECT_EQ(largest_sample(c, Modality::kVideo)->video->num_frames, 8);
+
+  c.audio.sample_rate = 16000;
+  const auto sound = largest_sample(c, Modality::kAudio);
+  ASSERT_TRUE(sound->audio);
+  EXPECT_EQ(sound->audio->num_windows, 1);
+  EXPECT_EQ(sound->audio->window_samples, 10 * 16000);
+  c.audio.window_s = 2.5;
+  EXPECT_EQ(largest_sample(c, Modality::kAudio)->audio->window_samples, 40000);
+
+  c.text.vocab = dir / "vocab.txt";
+  c.text.max_length = 40;
+  const auto caption = largest_sample(c, Modality::kText);
+  ASSERT_TRUE(caption->text);
+  EXPECT_EQ(caption->text->ids.size(), 40u);
+  EXPECT_TRUE(caption->text->truncated);
 }
 
 }  // namespace
