@@ -358,7 +358,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
     write_index(config.output.path, index);
     refresh_dataset_view(config.output.path, index);  // never throws: the view is a convenience
   }
-  spdlog::debug("start-up: index and view written");
+  spdlog::debug("start-up: index and view written, or kept when there is nothing to do");
   if (output.overwrite && context.after_overwrite) context.after_overwrite();
 
   if (previous) {

@@ -25,9 +25,10 @@ const char* source(bool set_by_config, bool folder_decides) {
   return set_by_config ? kFromConfig : folder_decides ? kFromFolder : kFromDefault;
 }
 
+// A path is bytes and JSON text is UTF-8: bytes that are not become U+FFFD, as in index.json.
 template <class T>
 std::string json_text(const T& value) {
-  return nlohmann::json(value).dump();
+  return nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace

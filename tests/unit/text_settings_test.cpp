@@ -123,5 +123,19 @@ TEST(TextSettings, ATorchScriptModelTakesBertsDefaults) {
   EXPECT_EQ(got.at("text.normalize"), Origin("false", "default"));
 }
 
+// A folder path is bytes; the origins are JSON text, which must stay valid (index.json embeds
+// them): bytes that are not UTF-8 become U+FFFD.
+TEST(TextSettings, AFolderPathThatIsNotUtf8IsShownWithReplacementCharacters) {
+  testing::TempDir dir;
+  const path folder = dir / "model-\xff";
+  write_folder(folder);
+  TextSection text;
+  text.enabled = true;
+  text.encoder = {EncoderType::kBert, folder};
+  resolve_text_settings(text);
+  EXPECT_EQ(origins(text).at("text.tokenizer.vocab").first,
+            quoted(dir / "model-\xef\xbf\xbd"));
+}
+
 }  // namespace
 }  // namespace precompute
