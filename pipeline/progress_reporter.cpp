@@ -68,9 +68,12 @@ std::string progress_line(const RunStats& stats, const ProgressContext& context)
 }
 
 ProgressReporter::ProgressReporter(const RunStats& stats, ProgressContext context,
-                                   double interval_s)
-    : stats_(stats), context_(std::move(context)) {
-  if (interval_s > 0) thread_ = std::thread([this, interval_s] { loop(interval_s); });
+                                   double interval_s, std::function<void()> on_tick)
+    : stats_(stats), context_(std::move(context)), on_tick_(std::move(on_tick)) {
+  const bool lines = interval_s > 0;
+  if (!lines && !on_tick_) return;
+  const double tick_s = lines ? interval_s : kTickWithoutLinesS;
+  thread_ = std::thread([this, tick_s, lines] { loop(tick_s, lines); });
 }
 
 ProgressReporter::~ProgressReporter() {
@@ -82,7 +85,7 @@ ProgressReporter::~ProgressReporter() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ProgressReporter::loop(double interval_s) {
+void ProgressReporter::loop(double interval_s, bool lines) {
   // wait_for adds the interval to now() in integer clock ticks: an interval beyond about 292
   // years wraps into the past, every wait then ends at once and the log floods without end.
   // validate() bounds the setting; the clamp keeps any other caller safe, and its floor keeps a
@@ -91,7 +94,8 @@ void ProgressReporter::loop(double interval_s) {
       std::llround(std::clamp(interval_s, kMinIntervalS, kMaxIntervalS) * 1000.0));
   std::unique_lock lock(mutex_);
   while (!wake_.wait_for(lock, interval, [this] { return stop_; })) {
-    spdlog::info("progress: {}", progress_line(stats_, context_));
+    if (lines) spdlog::info("progress: {}", progress_line(stats_, context_));
+    if (on_tick_) on_tick_();
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -25,17 +26,22 @@ std::string progress_line(const RunStats& stats, const ProgressContext& context)
 
 class ProgressReporter {
  public:
-  // interval_s <= 0 disables the reporter.
-  ProgressReporter(const RunStats& stats, ProgressContext context, double interval_s);
+  // Prints a line every `interval_s` (<= 0: no lines) and calls `on_tick`, when given, at every
+  // tick: every `interval_s`, or every kTickWithoutLinesS when there are no lines (the metrics
+  // file, pipeline/metrics_file.hpp, is rewritten on it).
+  ProgressReporter(const RunStats& stats, ProgressContext context, double interval_s,
+                   std::function<void()> on_tick = {});
+  static constexpr double kTickWithoutLinesS = 2.0;
   ~ProgressReporter();
   ProgressReporter(const ProgressReporter&) = delete;
   ProgressReporter& operator=(const ProgressReporter&) = delete;
 
  private:
-  void loop(double interval_s);
+  void loop(double interval_s, bool lines);
 
   const RunStats& stats_;
   const ProgressContext context_;
+  const std::function<void()> on_tick_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;

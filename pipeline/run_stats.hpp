@@ -38,10 +38,13 @@ struct RunStats {
   std::atomic<int64_t> video_nvdec_clips{0};      // of video_clips, decoded on NVDEC
   std::atomic<int64_t> video_nvdec_fallbacks{0};  // given to NVDEC, decoded on the CPU instead
   std::atomic<int64_t> video_nvdec_handovers{0};  // started on the CPU, restarted on NVDEC
+  std::atomic<int64_t> video_nvdec_decoded_frames{0};  // of video_decoded_frames, on NVDEC
   std::array<std::atomic<int64_t>, kNumModalities> embedded{};        // per modality
   std::array<std::atomic<int64_t>, kNumModalities> batches_queued{};  // sent to an encoder
   std::array<std::atomic<int64_t>, kNumModalities> batches_done{};
   std::array<std::atomic<int64_t>, 16> failures_by_category{};  // by FailureCategory value
+  // The same records per modality (the summary and metrics files, pipeline/summary_file.hpp).
+  std::array<std::array<std::atomic<int64_t>, 16>, kNumModalities> failures_by_modality{};
   // Time each serial or device-bound stage spent working, in nanoseconds (where a run waits).
   std::atomic<int64_t> route_ns{0};
   std::atomic<int64_t> assemble_ns{0};

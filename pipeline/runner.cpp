@@ -28,15 +28,19 @@
 #include "pipeline/crash_containment.hpp"
 #include "pipeline/host_memory_budget.hpp"
 #include "pipeline/memory_budget.hpp"
+#include "pipeline/metrics_file.hpp"
 #include "pipeline/progress_reporter.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
 #include "pipeline/stages/batch_cost_feedback.hpp"
+#include "pipeline/summary_file.hpp"
 #include "storage/dataset_view.hpp"
+#include "storage/hdf5_lock.hpp"
 #include "storage/job_ranks.hpp"
 #include "storage/output_folder.hpp"
 #include "storage/output_id.hpp"
 #include "storage/output_index.hpp"
+#include "storage/shard_reader.hpp"
 
 namespace precompute {
 
@@ -260,6 +264,7 @@ Output open_output(const Config& config, const RunContext& context, const Input&
 struct Calibrated {
   EncoderPools pools;
   double load_seconds = 0.0;  // loading and warming up the encoders
+  double calibrate_seconds = 0.0;  // the rest of load_and_calibrate()
   SamplePreparer preparer;
   int decode_threads = 1;
   ShardMeta meta;               // what every shard of this run records
@@ -272,6 +277,7 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
   const auto load_started = Clock::now();
   auto pools = load_encoders(config, &early);
   const double load_seconds = seconds_since(load_started);
+  const auto calibrate_started = Clock::now();
   // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
   // which may refuse the run.
   SamplePreparer preparer(config, stats);
@@ -290,8 +296,9 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
   // Batch limits under run.gpu_memory_budget (Note [Memory budgets]); throughput settings only.
   auto limits = apply_memory_budget(config, pools).limits;
   spdlog::debug("start-up: batch limits set");
-  return {std::move(pools), load_seconds, std::move(preparer), decode_threads, std::move(meta),
-          std::move(limits)};
+  const double calibrate_seconds = seconds_since(calibrate_started);
+  return {std::move(pools), load_seconds,    calibrate_seconds, std::move(preparer),
+          decode_threads,   std::move(meta), std::move(limits)};
 }
 
 // The index this run starts from and the work left to do.
@@ -450,9 +457,9 @@ void check_finished(const Config& config, const OutputIndex& index, const RunSta
 }
 
 // Runs the planned samples through the graph, in crash containment and under the host memory
-// budget, and commits their shards.
+// budget, and commits their shards; `metrics` is rewritten at every progress tick.
 Executed execute(const Config& config, const Input& input, const Calibrated& calibrated,
-                 Planned& planned, RunStats& stats) {
+                 Planned& planned, RunStats& stats, MetricsFile& metrics) {
   stats.total = static_cast<int64_t>(planned.plan.positions.size());
   GraphSizing sizing = size_graph(config, calibrated);
   InflightJournal journal(config.output.path, calibrated.decode_threads);
@@ -484,7 +491,10 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
   spdlog::debug("start-up: graph set up");
   const ProgressContext progress_context{Clock::now(), gpu_devices(calibrated.pools)};
   {
-    ProgressReporter progress(stats, progress_context, config.run.progress_interval_s);
+    metrics.write(stats);
+    std::function<void()> on_tick;
+    if (metrics.enabled()) on_tick = [&] { metrics.write(stats); };
+    ProgressReporter progress(stats, progress_context, config.run.progress_interval_s, on_tick);
     const StageTimer graph(stats.graph_ns);
     run_graph(input.samples, planned.plan.positions, prepare, router, encode, assembler, stats,
               sizing.settings);
@@ -508,14 +518,17 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
 // rest of the graph (the encoders, the memory bounds, the writer) kept them waiting. The graph's
 // time leaves out what comes before it inside `seconds` (reading the input, opening the
 // sessions, calibrating the budget), which the difference of the two says.
-RunSummary summarise(const Config& config, const Input& input, const Calibrated& calibrated,
-                     const Planned& planned, const Executed& executed, const RunStats& stats,
+// `span`: the input positions this run covers; `resumed_samples`: those already committed when
+// it started; `executed.index`: the output as it ends.
+RunSummary summarise(const Config& config, const Calibrated& calibrated, const RankSpan& span,
+                     int64_t resumed_samples, const Executed& executed, const RunStats& stats,
                      Clock::time_point run_started) {
   RunSummary summary;
   summary.output = config.output.path;
-  summary.total_samples = static_cast<int64_t>(input.samples.size());
+  // A rank's --max-failures (a count or a percentage) applies to its part.
+  summary.total_samples = span.samples();
   summary.processed_samples = stats.total;
-  summary.resumed_samples = planned.plan.committed_samples;
+  summary.resumed_samples = resumed_samples;
   summary.failed_samples = stats.failed_samples;
   summary.failure_records = stats.failure_records;
   summary.repaired_texts = stats.invalid_utf8_texts;
@@ -567,7 +580,153 @@ RunSummary summarise(const Config& config, const Input& input, const Calibrated&
           failure_category_name(static_cast<FailureCategory>(c)))] = n;
     }
   }
+  // For the summary file (pipeline/summary_file.hpp).
+  summary.output_id = calibrated.meta.output_id;
+  summary.config_fingerprint = calibrated.meta.config_fingerprint;
+  summary.calibrate_seconds = calibrated.calibrate_seconds;
+  summary.video_nvdec_decoded_frames = stats.video_nvdec_decoded_frames;
+  for (Modality m : kAllModalities) {
+    const int i = modality_index(m);
+    summary.modalities[i] = calibrated.pools[i] != nullptr;
+    summary.run_embedded[i] = stats.embedded[i];
+    for (size_t c = 0; c < stats.failures_by_modality[i].size(); ++c) {
+      const auto category = failure_category_name(static_cast<FailureCategory>(c));
+      if (const auto n = stats.failures_by_modality[i][c].load(); n > 0) {
+        summary.run_failures[i][std::string(category)] = n;
+      }
+    }
+  }
   return summary;
+}
+
+// The output's totals from its index, with the failure records of `index`'s shards per modality
+// and category: read back from the shards not in `counted`, whose records `counted_failures`
+// already holds (this run's, counted as it made them). An output whose shards cannot be read
+// back gets totals without the records (OutputTotals::failures unset).
+OutputTotals output_totals(
+    const std::filesystem::path& folder, const OutputIndex& index,
+    const std::set<std::string>& counted,
+    const std::array<std::map<std::string, int64_t>, kNumModalities>& counted_failures) {
+  OutputTotals totals;
+  totals.total_samples = index.total_samples;
+  for (const auto& entry : index.shards) {
+    totals.covered_samples += entry.seq_count;
+    totals.samples_with_embeddings += entry.num_samples;
+    totals.failed_samples += entry.failed_samples;
+    totals.failure_records += entry.num_failures;
+    totals.bytes += static_cast<int64_t>(entry.bytes);
+    for (int m = 0; m < kNumModalities; ++m) totals.embedded[m] += entry.modality_counts[m];
+  }
+  totals.shards = static_cast<int64_t>(index.shards.size());
+  totals.complete = totals.covered_samples == index.covers_end() - index.covers_first();
+  auto failures = counted_failures;
+  try {
+    const std::lock_guard lock(hdf5_lock());
+    for (const auto& entry : index.shards) {
+      if (entry.num_failures == 0 || counted.count(entry.file) > 0) continue;
+      for (const auto& f : read_shard_failures(folder / entry.file)) {
+        ++failures[modality_index(f.modality)][std::string(failure_category_name(f.category))];
+      }
+    }
+    totals.failures = std::move(failures);
+  } catch (const Error& e) {
+    spdlog::warn("the summary leaves out the output's failure records by category: {}", e.what());
+  }
+  return totals;
+}
+
+// Note [Reporting a run's end]
+// From the moment plan() begins changing the output folder, every end of the run is reported
+// before the folder's lock is released: the metrics file's last state and the summary (run.
+// summary_json, and the folder's summary.json: Note [The run's summary file] in
+// summary_file.cpp), with the exit code the command then ends with (RunContext::exit_code).
+// Written under the lock, the folder's copy can never land in a folder another run has taken
+// since. A run that succeeds is summarised from its counters and the index it leaves; one that
+// an error ends (a stop, a full disk, a bug) from its counters and the index.json it committed,
+// read back, and the error goes on to the command. A summary that cannot be written is the run's
+// error (exit 74: nothing that failed may end in exit 0), reported in turn as the run's end;
+// after an error, only a warning beside it. Refusals before plan() leave the folder as it was:
+// the command writes their summary to run.summary_json alone (tools/cli/run_command.cpp).
+
+MetricsContext metrics_context(const Config& config, const RunContext& context,
+                               const Calibrated& calibrated, Clock::time_point run_started) {
+  MetricsContext m;
+  m.output = config.output.path.string();
+  m.config_fingerprint = calibrated.meta.config_fingerprint;
+  m.rank = context.partition.rank;
+  m.world_size = context.partition.world_size;
+  for (int i = 0; i < kNumModalities; ++i) m.modalities[i] = calibrated.pools[i] != nullptr;
+  m.gpu_devices = gpu_devices(calibrated.pools);
+  m.started =
+      std::chrono::system_clock::now() -
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(Clock::now() - run_started);
+  return m;
+}
+
+// Writes the end's metrics and summary; the folder's summary.json is left as it is by a run that
+// changed nothing there and ends as the run it records did.
+void report_end(const Config& config, const RunSummary& summary, const RunStats& stats,
+                MetricsFile& metrics, bool overwrote) {
+  metrics.write(stats, summary.exit_code);
+  const bool keep = summary.processed_samples > 0 || overwrote ||
+                    !kept_summary_ended_with(config.output.path, summary.exit_code);
+  write_summary_files(summary, config.run.summary_json, keep);
+}
+
+// Plans, executes and summarises the run, and reports its end, whatever it is (Note [Reporting a
+// run's end]). `after_plan` runs once the folder is planned (a rank records --overwrite done).
+RunSummary run_and_report(const Config& config, const RunContext& context, const Input& input,
+                          const Output& output, const Calibrated& calibrated, const RankSpan& span,
+                          RunStats& stats, Clock::time_point run_started,
+                          const std::function<void()>& after_plan = {}) {
+  MetricsFile metrics(config.run.metrics_file,
+                      metrics_context(config, context, calibrated, run_started));
+  const auto with_rank = [&](RunSummary summary) {
+    summary.rank = context.partition.rank;
+    summary.world_size = context.partition.world_size;
+    return summary;
+  };
+  std::optional<Planned> planned;
+  try {
+    planned.emplace(plan(config, context, input, output, calibrated, span));
+    if (after_plan) after_plan();
+    const Executed executed = execute(config, input, calibrated, *planned, stats, metrics);
+    RunSummary summary = with_rank(summarise(
+        config, calibrated, span, planned->plan.committed_samples, executed, stats, run_started));
+    // The shards this run wrote: their records are counted already.
+    std::set<std::string> earlier, written;
+    for (const auto& entry : planned->index.shards) earlier.insert(entry.file);
+    for (const auto& entry : executed.index.shards) {
+      if (earlier.count(entry.file) == 0) written.insert(entry.file);
+    }
+    summary.output_totals =
+        output_totals(config.output.path, executed.index, written, summary.run_failures);
+    summary.exit_code = context.exit_code ? context.exit_code(summary, nullptr) : 0;
+    report_end(config, summary, stats, metrics, output.overwrite);
+    return summary;
+  } catch (const std::exception& error) {
+    // What the run committed before the error: the index on disk.
+    Executed left;
+    std::optional<OutputIndex> on_disk;
+    try {
+      on_disk = read_index(config.output.path);
+    } catch (const Error& e) {
+      spdlog::warn("the summary leaves out the output's totals: {}", e.what());
+    }
+    if (on_disk) left.index = *on_disk;
+    RunSummary summary =
+        with_rank(summarise(config, calibrated, span, planned ? planned->plan.committed_samples : 0,
+                            left, stats, run_started));
+    if (on_disk) summary.output_totals = output_totals(config.output.path, *on_disk, {}, {});
+    summary.exit_code = context.exit_code ? context.exit_code(summary, &error) : 70;
+    summary.message = error.what();
+    try {
+      report_end(config, summary, stats, metrics, output.overwrite);
+    } catch (const std::exception& report_error) {
+      spdlog::warn("cannot write the run's summary: {}", report_error.what());
+    }
+    throw;
+  }
 }
 
 }  // namespace
@@ -690,15 +849,13 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
   record.overwrite_done = config.output.overwrite && context.overwrite_done;
   write_rank_record(work.output.path, record);
   try {
-    Planned planned = plan(work, context, input, output, calibrated, span);
-    if (config.output.overwrite && !record.overwrite_done) {
-      record.overwrite_done = true;
-      write_rank_record(work.output.path, record);
-    }
-    const Executed executed = execute(work, input, calibrated, planned, stats);
-    summary = summarise(work, input, calibrated, planned, executed, stats, run_started);
-    // --max-failures (a count or a percentage) applies to the rank's part.
-    summary.total_samples = span.samples();
+    summary =
+        run_and_report(work, context, input, output, calibrated, span, stats, run_started, [&] {
+          if (config.output.overwrite && !record.overwrite_done) {
+            record.overwrite_done = true;
+            write_rank_record(work.output.path, record);
+          }
+        });
   } catch (const Error& e) {
     // A stop (SIGTERM from a scheduler's preemption or time limit) is not a failure of the rank.
     record.state = dynamic_cast<const StoppedError*>(&e) != nullptr ? "stopped" : "failed";
@@ -744,9 +901,7 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   const Calibrated calibrated = load_and_calibrate(config, output, stats, config, early);
   // Nothing can refuse the run any more: the folder may change now.
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
-  Planned planned = plan(config, context, input, output, calibrated, whole);
-  const Executed executed = execute(config, input, calibrated, planned, stats);
-  return summarise(config, input, calibrated, planned, executed, stats, run_started);
+  return run_and_report(config, context, input, output, calibrated, whole, stats, run_started);
 }
 
 std::string format_summary(const RunSummary& s) {

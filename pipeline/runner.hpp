@@ -4,8 +4,10 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,23 @@
 #include "pipeline/core/partition.hpp"
 
 namespace precompute {
+
+// What an output folder holds as a run ends, from its index.json: the counts `precompute inspect
+// --json` gives for it.
+struct OutputTotals {
+  int64_t total_samples = 0;    // the input's (a rank folder: the whole job's input)
+  int64_t covered_samples = 0;  // input positions in committed shards
+  bool complete = false;        // every position it covers (a rank: its span) is committed
+  int64_t samples_with_embeddings = 0;
+  int64_t failed_samples = 0;  // samples with at least one failure record
+  int64_t failure_records = 0;
+  int64_t shards = 0;
+  int64_t bytes = 0;
+  std::array<int64_t, kNumModalities> embedded{};
+  // Failure records per modality, by category; unset when they could not be read back (a run
+  // that ended on an I/O error).
+  std::optional<std::array<std::map<std::string, int64_t>, kNumModalities>> failures;
+};
 
 struct RunSummary {
   int64_t total_samples = 0;      // in the input
@@ -53,6 +72,23 @@ struct RunSummary {
   std::map<std::string, double> busy_seconds;  // working time of the serial and encode stages
   std::filesystem::path output;
 
+  // What the summary file records beyond the line above (pipeline/summary_file.hpp).
+  std::string output_id;           // empty when the run ended before its settings were known
+  std::string config_fingerprint;  // likewise
+  int64_t rank = 0;                // of a split job (docs/distributed.md)
+  int64_t world_size = 1;
+  std::array<bool, kNumModalities> modalities{};  // configured
+  double calibrate_seconds = 0.0;  // of `seconds`: decoders, settings check, GPU memory budget
+  int64_t video_nvdec_decoded_frames = 0;              // of video_decoded_frames
+  std::array<int64_t, kNumModalities> run_embedded{};  // samples this run embedded
+  // This run's failure records per modality, by category.
+  std::array<std::map<std::string, int64_t>, kNumModalities> run_failures;
+  std::optional<OutputTotals> output_totals;  // unset: the run ended before it changed the folder
+  // How the run ended: the process's exit code (README, "Exit codes"), the end it stands for
+  // (summary_end_name()) and, for an error, its message.
+  int exit_code = 0;
+  std::string message;
+
   // True when the output's failed samples (earlier runs' included) exceed run.max_failures /
   // max_failure_fraction of the input.
   bool over_failure_limit(const RunSection& run) const;
@@ -60,6 +96,11 @@ struct RunSummary {
 
 // What the command around a run tells it (tools/cli/run_command.cpp).
 struct RunContext {
+  // The exit code the command ends with, for a run that ended without an error (`error` null:
+  // the summary says how it went) or for the error that ended it; the summary and metrics files
+  // written as the run ends record it (Note [Reporting a run's end] in runner.cpp). Unset: 0,
+  // and 70 for an error.
+  std::function<int(const RunSummary& summary, const std::exception* error)> exit_code;
   // Called once --overwrite has removed the earlier run's files: a run restarted after a crash
   // must resume what this command started, not remove it again (Note [Overwrite once]).
   std::function<void()> after_overwrite;
@@ -78,9 +119,11 @@ struct RunContext {
 
 // Runs the job, resuming an earlier run in the output folder (Note [What a resume redoes] in
 // resume.cpp). Everything that may refuse the run (config, input, models, memory calibration)
-// is checked before the output folder is changed. Throws ConfigError, InputError, ModelError,
-// StorageError or, after a SIGINT, SIGTERM or SIGHUP, StoppedError (see tools/cli for the exit
-// code each maps to); per-sample problems are failure records, never exceptions.
+// is checked before the output folder is changed. From then on, however it ends, the run writes
+// its summary (run.summary_json and the folder's summary.json) and its metrics file's last state
+// before it returns or throws (Note [Reporting a run's end]). Throws ConfigError, InputError,
+// ModelError, StorageError or, after a SIGINT, SIGTERM or SIGHUP, StoppedError (see tools/cli for
+// the exit code each maps to); per-sample problems are failure records, never exceptions.
 RunSummary run_precompute(const Config& config, const RunContext& context = {});
 
 class EarlyStart;  // encoders/early_start.hpp

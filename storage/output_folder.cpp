@@ -310,14 +310,15 @@ void check_not_foreign(const fs::path& dir) {
 
 bool is_marked_file_name(std::string_view name) {
   return is_shard_file_name(name) || name == kIndexFileName || name == kDatasetViewFileName ||
-         name == kJobSummaryFileName;
+         name == kJobSummaryFileName || name == kRunSummaryFileName;
 }
 
 bool is_run_file(const fs::path& file) {
   const auto name = file.filename().string();
   if (name == kLockFileName || name == kRankRecordFileName) return false;
   return is_shard_file(file) || name == kIndexFileName || name == kDatasetViewFileName ||
-         name == kJobSummaryFileName || is_temp_file(file) || name.rfind(kRunFilePrefix, 0) == 0;
+         name == kJobSummaryFileName || name == kRunSummaryFileName || is_temp_file(file) ||
+         name.rfind(kRunFilePrefix, 0) == 0;
 }
 
 OutputFolder OutputFolder::open(const fs::path& dir, const OutputFolderOptions& options) {

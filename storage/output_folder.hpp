@@ -21,6 +21,8 @@ inline constexpr std::string_view kLockFileName = ".precompute.lock";
 // A rank folder's record of the rank and a merged output's job summary (storage/job_ranks.hpp).
 inline constexpr std::string_view kRankRecordFileName = "rank.json";
 inline constexpr std::string_view kJobSummaryFileName = "job.json";
+// The summary of the last run that changed the folder (pipeline/summary_file.hpp).
+inline constexpr std::string_view kRunSummaryFileName = "summary.json";
 
 struct OutputFolderOptions {
   // Accept a folder that holds files with names precompute does not make and no earlier run of
@@ -92,13 +94,14 @@ class OutputFolder {
 };
 
 // True for the files a run writes into its output folder (shards, index, the one-file view, a
-// merge's job.json, temporary files, journals; not the lock file, which must outlive a
+// merge's job.json, the run's summary.json, temporary files, journals; not the lock file, which
+// must outlive a
 // --overwrite, nor a rank's rank.json, which a rank keeps across one). Only these are ever
 // deleted, and only once proven (OutputFolder::open).
 bool is_run_file(const std::filesystem::path& file);
 
 // True for the names of the files that carry the folder's output id: shards, index.json,
-// dataset.h5, job.json. (rank.json lives only in the rank folders the tool makes.)
+// dataset.h5, job.json, summary.json. (rank.json lives only in the rank folders the tool makes.)
 bool is_marked_file_name(std::string_view name);
 
 }  // namespace precompute

@@ -1,7 +1,7 @@
 #pragma once
 // The output id: the mark that every file precompute writes into an output folder carries (an
-// HDF5 attribute `output_id` in shards and dataset.h5, a JSON field `output_id` in index.json and
-// job.json), so that the tool deletes or replaces only what it can prove it wrote there (Note
+// HDF5 attribute `output_id` in shards and dataset.h5, a JSON field `output_id` in index.json,
+// job.json and summary.json), so that the tool deletes or replaces only what it can prove it wrote there (Note
 // [Proving a file is ours] in output_id.cpp). It is made from the run's config fingerprint, so
 // every file of one output carries the same id, and so do the ranks of a split job and its
 // merged output, while an output of other settings carries another.

@@ -63,6 +63,7 @@ class ShardFileReader {
   explicit ShardFileReader(const path& file) : file_(file) {}
 
   ShardFile read();
+  std::vector<FailureRecord> failures_only();
 
  private:
   [[noreturn]] void damaged(const std::string& what) const {
@@ -126,6 +127,11 @@ ShardFile ShardFileReader::read() {
   }
   contents.failures = read_failures();
   return shard;
+}
+
+std::vector<FailureRecord> ShardFileReader::failures_only() {
+  open_and_check_format();
+  return read_failures();
 }
 
 void ShardFileReader::open_and_check_format() {
@@ -431,6 +437,11 @@ std::vector<float> ShardFileReader::read_embedding_rows(const std::string& datas
 ShardFile read_shard(const std::filesystem::path& file) {
   disable_hdf5_error_printing();
   return ShardFileReader(file).read();
+}
+
+std::vector<FailureRecord> read_shard_failures(const std::filesystem::path& file) {
+  disable_hdf5_error_printing();
+  return ShardFileReader(file).failures_only();
 }
 
 }  // namespace precompute

@@ -4,6 +4,7 @@
 // Not thread-safe with other HDF5 calls in the process: use from one thread.
 
 #include <filesystem>
+#include <vector>
 
 #include "storage/shard_contents.hpp"
 
@@ -17,5 +18,9 @@ struct ShardFile {
 
 // Throws StorageError naming the file when it is not a precompute shard or is damaged.
 ShardFile read_shard(const std::filesystem::path& file);
+
+// Only the shard's failure records (what a run's summary counts of earlier runs' shards), without
+// reading its embeddings. Throws as read_shard().
+std::vector<FailureRecord> read_shard_failures(const std::filesystem::path& file);
 
 }  // namespace precompute

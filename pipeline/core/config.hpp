@@ -353,6 +353,19 @@ struct OutputSection {
           .flag("--progress-interval", "Seconds between progress lines (0: none)"))             \
   KEY(std::string, log_level, "info", "trace, debug, info, warn, error or off",                 \
       Spec().flag("--log-level", "trace, debug, info, warn, error, off"))                       \
+  /* Where this process reports, not what it stores: in neither JSON form, so a resume may */   \
+  /* change them (pipeline/report_files.hpp checks and places them). */                         \
+  KEY(std::filesystem::path, summary_json, {},                                                  \
+      "also write the run's summary (JSON) to this file; null: only OUT/summary.json",          \
+      Spec().no_default().null_unsets()                                                         \
+          .flag("--summary-json", "Also write the run's summary as JSON to this file "          \
+                                  "(docs/format.md, \"Run summary\")"))                         \
+  KEY(std::filesystem::path, metrics_file, {},                                                  \
+      "Prometheus text file rewritten every progress interval; null: none",                     \
+      Spec().no_default().null_unsets()                                                         \
+          .flag("--metrics-file", "Keep the run's metrics in this file in Prometheus' text "    \
+                                  "format, rewritten every progress interval (for "             \
+                                  "node_exporter's textfile collector)"))                       \
   KEY(double, sample_timeout_s, 600.0, "a sample's decode time limit (category timeout)",       \
       Spec().range(above(0, 7 * kDay).noted("seconds; 604800 is 7 days")).in_record())          \
   KEY(int64_t, max_file_bytes, 64LL << 30, "larger media files fail with category too_large",   \

@@ -313,7 +313,10 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec,
     decode(Modality::kVideo, [&] { out->video = decode_video_on(*spec.video); });
     if (out->video) {
       const auto relaxed = std::memory_order_relaxed;
-      if (out->video->nvdec) stats_->video_nvdec_clips.fetch_add(1, relaxed);
+      if (out->video->nvdec) {
+        stats_->video_nvdec_clips.fetch_add(1, relaxed);
+        stats_->video_nvdec_decoded_frames.fetch_add(out->video->decoded_frames, relaxed);
+      }
       stats_->video_clips.fetch_add(1, relaxed);
       stats_->video_decoded_frames.fetch_add(out->video->decoded_frames, relaxed);
       stats_->video_kept_frames.fetch_add(out->video->num_frames, relaxed);

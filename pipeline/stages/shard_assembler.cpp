@@ -92,6 +92,8 @@ int64_t ShardAssembler::complete_if_ready(int64_t seq) {
   for (auto& f : p.failures) {
     stats_->failures_by_category[static_cast<size_t>(f.category)].fetch_add(
         1, std::memory_order_relaxed);
+    stats_->failures_by_modality[modality_index(f.modality)][static_cast<size_t>(f.category)]
+        .fetch_add(1, std::memory_order_relaxed);
     shard.contents.failures.push_back(std::move(f));
   }
   pending_.erase(it);

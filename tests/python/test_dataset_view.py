@@ -192,8 +192,9 @@ def test_view_is_rebuilt_on_resume_and_removed_by_overwrite(made, binary, probes
     run_precompute(binary, tmp_path, config, "--overwrite")
     assert_view_equals_shards(out)
     names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
-    assert names[:2] == ["dataset.h5", "index.json"] and len(names) == 5, names
-    assert all(re.fullmatch(SHARD_NAME, n) for n in names[2:]), names
+    assert names[:2] == ["dataset.h5", "index.json"] and len(names) == 6, names
+    assert all(re.fullmatch(SHARD_NAME, n) for n in names[2:-1]), names
+    assert names[-1] == "summary.json", names  # the run's summary (docs/format.md)
 
 
 def test_a_view_that_cannot_be_written_is_a_warning(made, binary, probes, minilm_folder,

@@ -551,11 +551,29 @@ TEST(ConfigTest, FlagsOfRunAreTheTablesWithTheirValueTypes) {
       {"--retry-failed", FlagKind::kSwitch},    {"--device", FlagKind::kText},
       {"--decode-threads", FlagKind::kInt},     {"--torch-threads", FlagKind::kInt},
       {"--max-failures", FlagKind::kText},      {"--progress-interval", FlagKind::kDouble},
-      {"--log-level", FlagKind::kText},         {"--no-supervisor", FlagKind::kSwitch},
+      {"--log-level", FlagKind::kText},         {"--summary-json", FlagKind::kText},
+      {"--metrics-file", FlagKind::kText},      {"--no-supervisor", FlagKind::kSwitch},
       {"--gpu-memory-budget", FlagKind::kText}, {"--host-memory-budget", FlagKind::kText},
       {"--batch-size", FlagKind::kInt},
   };
   EXPECT_EQ(flags, want);
+}
+
+// Where a run reports is not what it stores: a resume may change the files, and the record kept
+// with the output does not name them.
+TEST(ConfigTest, ReportFilesResolveAgainstTheConfigAndAreRecordedNowhere) {
+  auto c = parse_config("run: {summary_json: reports/s.json, metrics_file: /m/x.prom}\n", "/b");
+  EXPECT_EQ(c.run.summary_json, "/b/reports/s.json");
+  EXPECT_EQ(c.run.metrics_file, "/m/x.prom");
+  EXPECT_EQ(full_config_json(c).find("summary_json"), std::string::npos);
+  EXPECT_EQ(full_config_json(c).find("metrics_file"), std::string::npos);
+  EXPECT_EQ(semantic_config_json(c), semantic_config_json(parse_config("{}", "/b")));
+  c = parse_config("run: {summary_json: null, metrics_file: null}\n", "/b");
+  EXPECT_TRUE(c.run.summary_json.empty() && c.run.metrics_file.empty());
+  ConfigOverrides o;
+  o.set("--summary-json", std::string("here.json"));
+  apply_overrides(c, o);
+  EXPECT_EQ(c.run.summary_json, std::filesystem::absolute("here.json").lexically_normal());
 }
 
 TEST(ConfigTest, SwitchesAndTextFlagsApplyAsTheyDid) {

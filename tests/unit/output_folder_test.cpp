@@ -96,8 +96,8 @@ void expect_refused(const fs::path& dir, const std::string& file, const std::str
 }
 
 TEST(OutputFolderTest, AUsersFilesUnderTheToolsNamesAreRefusedNamingThem) {
-  for (const std::string& name :
-       std::vector<std::string>{"dataset.h5", "index.json", "job.json", shard_name(0)}) {
+  for (const std::string& name : std::vector<std::string>{"dataset.h5", "index.json", "job.json",
+                                                          "summary.json", shard_name(0)}) {
     TempDir tmp;
     const fs::path dir = tmp.path() / "out";
     fs::create_directories(dir);

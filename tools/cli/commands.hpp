@@ -10,7 +10,12 @@
 
 namespace precompute {
 
+class Error;
+
 using CommandFn = std::function<int()>;
+
+// The exit code a command ends with after `error` (README, "Exit codes"; main.cpp).
+int exit_code_for(const Error& error);
 
 // `command_line`: argv as typed, which a rank of a split job records for its rerun command.
 CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line);

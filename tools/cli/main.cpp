@@ -15,7 +15,6 @@
 #include "tools/cli/exit_codes.hpp"
 
 namespace precompute {
-namespace {
 
 int exit_code_for(const Error& e) {
   if (dynamic_cast<const OutputLockedError*>(&e) != nullptr) return kExitOutputLocked;
@@ -37,6 +36,8 @@ int exit_code_for(const Error& e) {
   }
   return kExitInternal;
 }
+
+namespace {
 
 int main_impl(int argc, char** argv) {
   CLI::App app{"precompute: turn videos, audio and captions into embeddings in sharded HDF5"};

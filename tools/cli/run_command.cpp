@@ -19,7 +19,9 @@
 #include "pipeline/core/partition.hpp"
 #include "pipeline/core/pause_clock.hpp"
 #include "pipeline/core/stop_request.hpp"
+#include "pipeline/report_files.hpp"
 #include "pipeline/runner.hpp"
+#include "pipeline/summary_file.hpp"
 #include "storage/job_ranks.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/exit_codes.hpp"
@@ -49,6 +51,37 @@ void merge_if_last(const std::filesystem::path& output, const Partition& partiti
   } catch (const Error& e) {
     spdlog::warn("this rank is done, but merging the job failed: {}; run `precompute merge {}`",
                  e.what(), output.string());
+  }
+}
+
+// The exit code of a run that ended without an error (`error` null) or with one.
+int run_exit_code(const RunSummary& summary, const std::exception* error, const RunSection& run) {
+  if (error != nullptr) {
+    const auto* e = dynamic_cast<const Error*>(error);
+    return e != nullptr ? exit_code_for(*e) : kExitInternal;
+  }
+  return summary.over_failure_limit(run) ? kExitTooManyFailures : kExitOk;
+}
+
+// A summary at run.summary_json for an end the run did not report itself (Note [Reporting a
+// run's end] in pipeline/runner.cpp): a refusal before the output changed, a rank without work,
+// a child the supervisor saw die or gave up on. Only that file: the output folder is not this
+// process's to write then. A summary that cannot be written is a warning beside the end's own
+// exit code.
+void report_unreported_end(RunSummary summary, const Config& config, const Partition& partition,
+                           int exit_code, const std::string& message) {
+  if (config.run.summary_json.empty()) return;
+  summary.output = partition.split()
+                       ? rank_folder(config.output.path, partition.rank, partition.world_size)
+                       : config.output.path;
+  summary.rank = partition.rank;
+  summary.world_size = partition.world_size;
+  summary.exit_code = exit_code;
+  summary.message = message;
+  try {
+    write_summary_files(summary, config.run.summary_json, /*keep_in_output=*/false);
+  } catch (const Error& e) {
+    spdlog::warn("cannot write the run's summary: {}", e.what());
   }
 }
 
@@ -138,6 +171,8 @@ CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line) 
              "--retry-failed is not for one rank: redone shards get new numbers, which would "
              "collide between ranks. Run it on the merged output as one process: precompute run "
              "--config ... --retry-failed --world-size 1 (docs/distributed.md)");
+    // Where this process reports (Note [Where a run reports] in pipeline/report_files.cpp).
+    place_report_files(config, partition);
     // The folder this process writes: the output, or its rank folder.
     std::filesystem::path folder = config.output.path;
     if (partition.split()) {
@@ -149,11 +184,18 @@ CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line) 
                    partition.source);
     }
 
+    // After this command, run.summary_json holds its summary or nothing: never an older run's.
+    remove_earlier_summary(config);
     SharedFlag overwritten;  // Note [Overwrite once] in pipeline/runner.cpp
     RunContext context;
     if (config.run.supervise) {
       // Forks before anything starts threads or the GPU; the parent only waits and restarts.
       if (const auto exit_code = supervise(folder, config.run.max_restarts)) {
+        if (!config.run.summary_json.empty() && !std::filesystem::exists(config.run.summary_json)) {
+          report_unreported_end({}, config, partition, *exit_code,
+                                "the run ended without writing its summary: it was killed, or "
+                                "kept crashing until its supervisor gave up (see the log)");
+        }
         return *exit_code;
       }
       // Other runs name the supervisor: stopping it stops the run, killing a child restarts it.
@@ -165,18 +207,34 @@ CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line) 
     context.command = command_line;
     std::error_code no_folder;
     context.working_folder = std::filesystem::current_path(no_folder).string();
+    bool reported = false;  // the run wrote its summary (Note [Reporting a run's end])
+    context.exit_code = [&](const RunSummary& summary, const std::exception* error) {
+      reported = true;
+      return run_exit_code(summary, error, config.run);
+    };
     install_stop_handlers();
     install_continue_handler();  // Note [Paused runs] in pipeline/core/pause_clock.cpp
-    const auto summary = run_precompute(config, context);
+    RunSummary summary;
+    try {
+      summary = run_precompute(config, context);
+    } catch (const std::exception& e) {
+      if (!reported) {
+        report_unreported_end({}, config, partition, run_exit_code({}, &e, config.run), e.what());
+      }
+      throw;
+    }
+    if (!reported) {
+      summary.exit_code = run_exit_code(summary, nullptr, config.run);
+      report_unreported_end(summary, config, partition, summary.exit_code, "");
+    }
     spdlog::info("done: {}", format_summary(summary));
     if (partition.split()) merge_if_last(config.output.path, partition);
-    if (summary.over_failure_limit(config.run)) {
+    if (summary.exit_code == kExitTooManyFailures) {
       spdlog::error("{} of {} samples failed, over the limit (--max-failures); see "
                     "`precompute inspect {}` for the failure records",
                     summary.output_failed_samples, summary.total_samples, summary.output.string());
-      return kExitTooManyFailures;
     }
-    return kExitOk;
+    return summary.exit_code;
   };
 }
 
