@@ -48,6 +48,7 @@ fs::path resolved(const fs::path& p) {
 }
 
 bool is_inside(const fs::path& file, const fs::path& folder) {
+  if (folder.empty()) return false;  // no output folder yet: validate() says so
   const auto within = [](const fs::path& f, const fs::path& d) {
     auto fi = f.begin();
     for (auto di = d.begin(); di != d.end(); ++di, ++fi) {

@@ -414,6 +414,28 @@ def test_a_refused_run_writes_its_summary_and_leaves_the_folder(binary, data, tm
     assert not (out / "summary.json").exists()
 
 
+def test_a_config_refused_at_start_up_writes_its_summary(binary, data, tmp_path):
+    """A setting out of range or a model that does not exist: exit 2, and the summary says why;
+    a --rank that cannot be read leaves none (which file is this rank's is not known)."""
+    summary_path = tmp_path / "summary.json"
+    r = run(binary, data["config_path"], tmp_path / "out", "--batch-size", "0",
+            "--summary-json", summary_path, expect=2)
+    summary = read_summary(summary_path)
+    assert summary["end"] == "refused" and summary["exit_code"] == 2
+    assert "batch_size" in summary["message"] and summary["message"] in r.stderr
+    config = json.loads(data["config_path"].read_text())
+    config["video"]["encoder"]["path"] = str(tmp_path / "no-such-model.pt")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps(config))
+    run(binary, bad, tmp_path / "out", "--summary-json", summary_path, expect=2)
+    assert "no-such-model.pt" in read_summary(summary_path)["message"]
+    summary_path.unlink()
+    run(binary, data["config_path"], tmp_path / "out", "--rank", "x", "--world-size", "2",
+        "--summary-json", summary_path, expect=2)
+    assert not summary_path.exists()
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_crash_the_supervisor_restarts_leaves_whole_reports(binary, data, tmp_path):
     out, summary_path = tmp_path / "out", tmp_path / "summary.json"
     metrics_path = tmp_path / "m.prom"

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -85,6 +86,102 @@ void report_unreported_end(RunSummary summary, const Config& config, const Parti
   }
 }
 
+// How far a command got towards reporting its end (Note [Reporting a run's end] in
+// pipeline/runner.cpp): its rank, its report files placed and checked, its summary written.
+struct ReportState {
+  std::optional<Partition> partition;
+  bool placed = false;
+  bool reported = false;
+};
+
+// A command that failed before its run reported: its summary at run.summary_json when the path
+// can be known and checked (the rank taken from the environment again if need be); no summary
+// when the path itself is what is wrong.
+void report_refusal(Config& config, const PartitionFlags& flags, const ReportState& state,
+                    const std::exception& error) {
+  Partition partition;
+  try {
+    partition = state.partition ? *state.partition : resolve_partition(flags);
+    if (!state.placed) place_report_files(config, partition);
+  } catch (const Error&) {
+    return;
+  }
+  report_unreported_end({}, config, partition, run_exit_code({}, &error, config.run), error.what());
+}
+
+// The command once its config is read: checks, the supervisor, the run, the merge.
+int run_configured(Config& config, const PartitionFlags& partition_flags,
+                   const std::vector<std::string>& command_line, ReportState& state) {
+  if (config.text.enabled) resolve_text_settings(config.text);
+  validate(config);
+  setup_logging(config.run.log_level);
+  // Note [Where a text setting comes from]: each value, once per command.
+  for (const auto& s : config.text.origins) spdlog::info("{}: {} ({})", s.key, s.value, s.source);
+  state.partition = resolve_partition(partition_flags);
+  const Partition& partition = *state.partition;
+  PC_CHECK(!(partition.split() && config.output.retry_failed), ConfigError,
+           "--retry-failed is not for one rank: redone shards get new numbers, which would "
+           "collide between ranks. Run it on the merged output as one process: precompute run "
+           "--config ... --retry-failed --world-size 1 (docs/distributed.md)");
+  // Where this process reports (Note [Where a run reports] in pipeline/report_files.cpp).
+  place_report_files(config, partition);
+  state.placed = true;
+  // The folder this process writes: the output, or its rank folder.
+  std::filesystem::path folder = config.output.path;
+  if (partition.split()) {
+    folder = rank_folder(config.output.path, partition.rank, partition.world_size);
+    spdlog::info("rank {} of {} (from {}); this rank writes {}", partition.rank,
+                 partition.world_size, partition.source, folder.string());
+  } else if (!partition.source.empty()) {
+    spdlog::info("world size 1 (from {}): one process runs the whole input", partition.source);
+  }
+
+  // After this command, run.summary_json holds its summary or nothing: never an older run's.
+  remove_earlier_summary(config);
+  SharedFlag overwritten;  // Note [Overwrite once] in pipeline/runner.cpp
+  RunContext context;
+  if (config.run.supervise) {
+    // Forks before anything starts threads or the GPU; the parent only waits and restarts.
+    if (const auto exit_code = supervise(folder, config.run.max_restarts)) {
+      state.reported = true;  // by the child, or here
+      if (!config.run.summary_json.empty() && !std::filesystem::exists(config.run.summary_json)) {
+        report_unreported_end({}, config, partition, *exit_code,
+                              "the run ended without writing its summary: it was killed, or "
+                              "kept crashing until its supervisor gave up (see the log)");
+      }
+      return *exit_code;
+    }
+    // Other runs name the supervisor: stopping it stops the run, killing a child restarts it.
+    context.owner_pid = static_cast<int>(::getppid());
+  }
+  context.overwrite_done = overwritten.is_set();
+  context.after_overwrite = [&overwritten] { overwritten.set(); };
+  context.partition = partition;
+  context.command = command_line;
+  std::error_code no_folder;
+  context.working_folder = std::filesystem::current_path(no_folder).string();
+  context.exit_code = [&](const RunSummary& summary, const std::exception* error) {
+    state.reported = true;
+    return run_exit_code(summary, error, config.run);
+  };
+  install_stop_handlers();
+  install_continue_handler();  // Note [Paused runs] in pipeline/core/pause_clock.cpp
+  RunSummary summary = run_precompute(config, context);
+  if (!state.reported) {
+    summary.exit_code = run_exit_code(summary, nullptr, config.run);
+    report_unreported_end(summary, config, partition, summary.exit_code, "");
+    state.reported = true;
+  }
+  spdlog::info("done: {}", format_summary(summary));
+  if (partition.split()) merge_if_last(config.output.path, partition);
+  if (summary.exit_code == kExitTooManyFailures) {
+    spdlog::error("{} of {} samples failed, over the limit (--max-failures); see "
+                  "`precompute inspect {}` for the failure records",
+                  summary.output_failed_samples, summary.total_samples, summary.output.string());
+  }
+  return summary.exit_code;
+}
+
 }  // namespace
 
 CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line) {
@@ -155,86 +252,17 @@ CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line) 
       if (option->count() > 0 && !(text && text->empty())) overrides.set(name, value);
     }
     apply_overrides(config, overrides);
-    if (config.text.enabled) resolve_text_settings(config.text);
-    validate(config);
-    setup_logging(config.run.log_level);
-    // Note [Where a text setting comes from]: each value, once per command.
-    for (const auto& s : config.text.origins) {
-      spdlog::info("{}: {} ({})", s.key, s.value, s.source);
-    }
     PartitionFlags partition_flags;
     if (o->rank_option->count() > 0) partition_flags.rank = o->rank;
     if (o->world_size_option->count() > 0) partition_flags.world_size = o->world_size;
     partition_flags.config_world_size = config.run.world_size;
-    const Partition partition = resolve_partition(partition_flags);
-    PC_CHECK(!(partition.split() && config.output.retry_failed), ConfigError,
-             "--retry-failed is not for one rank: redone shards get new numbers, which would "
-             "collide between ranks. Run it on the merged output as one process: precompute run "
-             "--config ... --retry-failed --world-size 1 (docs/distributed.md)");
-    // Where this process reports (Note [Where a run reports] in pipeline/report_files.cpp).
-    place_report_files(config, partition);
-    // The folder this process writes: the output, or its rank folder.
-    std::filesystem::path folder = config.output.path;
-    if (partition.split()) {
-      folder = rank_folder(config.output.path, partition.rank, partition.world_size);
-      spdlog::info("rank {} of {} (from {}); this rank writes {}", partition.rank,
-                   partition.world_size, partition.source, folder.string());
-    } else if (!partition.source.empty()) {
-      spdlog::info("world size 1 (from {}): one process runs the whole input",
-                   partition.source);
-    }
-
-    // After this command, run.summary_json holds its summary or nothing: never an older run's.
-    remove_earlier_summary(config);
-    SharedFlag overwritten;  // Note [Overwrite once] in pipeline/runner.cpp
-    RunContext context;
-    if (config.run.supervise) {
-      // Forks before anything starts threads or the GPU; the parent only waits and restarts.
-      if (const auto exit_code = supervise(folder, config.run.max_restarts)) {
-        if (!config.run.summary_json.empty() && !std::filesystem::exists(config.run.summary_json)) {
-          report_unreported_end({}, config, partition, *exit_code,
-                                "the run ended without writing its summary: it was killed, or "
-                                "kept crashing until its supervisor gave up (see the log)");
-        }
-        return *exit_code;
-      }
-      // Other runs name the supervisor: stopping it stops the run, killing a child restarts it.
-      context.owner_pid = static_cast<int>(::getppid());
-    }
-    context.overwrite_done = overwritten.is_set();
-    context.after_overwrite = [&overwritten] { overwritten.set(); };
-    context.partition = partition;
-    context.command = command_line;
-    std::error_code no_folder;
-    context.working_folder = std::filesystem::current_path(no_folder).string();
-    bool reported = false;  // the run wrote its summary (Note [Reporting a run's end])
-    context.exit_code = [&](const RunSummary& summary, const std::exception* error) {
-      reported = true;
-      return run_exit_code(summary, error, config.run);
-    };
-    install_stop_handlers();
-    install_continue_handler();  // Note [Paused runs] in pipeline/core/pause_clock.cpp
-    RunSummary summary;
+    ReportState state;
     try {
-      summary = run_precompute(config, context);
+      return run_configured(config, partition_flags, command_line, state);
     } catch (const std::exception& e) {
-      if (!reported) {
-        report_unreported_end({}, config, partition, run_exit_code({}, &e, config.run), e.what());
-      }
+      if (!state.reported) report_refusal(config, partition_flags, state, e);
       throw;
     }
-    if (!reported) {
-      summary.exit_code = run_exit_code(summary, nullptr, config.run);
-      report_unreported_end(summary, config, partition, summary.exit_code, "");
-    }
-    spdlog::info("done: {}", format_summary(summary));
-    if (partition.split()) merge_if_last(config.output.path, partition);
-    if (summary.exit_code == kExitTooManyFailures) {
-      spdlog::error("{} of {} samples failed, over the limit (--max-failures); see "
-                    "`precompute inspect {}` for the failure records",
-                    summary.output_failed_samples, summary.total_samples, summary.output.string());
-    }
-    return summary.exit_code;
   };
 }
 
