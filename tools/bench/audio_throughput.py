@@ -32,7 +32,6 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import statistics
 import subprocess
@@ -43,9 +42,8 @@ import wave
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from text_throughput import binary_env  # noqa: E402  the GPU build's environment
+import precompute_run  # noqa: E402  runs precompute and reads its summary
 
-SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s")
 SAMPLE_RATE = 16000
 
 
@@ -234,17 +232,13 @@ def write_manifest(path: Path, rows: list) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def run_precompute(binary: Path, config: dict, work: Path, tag: str, timeout: float) -> dict:
-    config_path = work / f"{tag}.yaml"
-    config_path.write_text(json.dumps(config))
-    wall, _, err, peak = run_process(
-        [str(binary), "run", "--config", str(config_path), "--progress-interval", "0"],
-        binary_env(binary), work / f"{tag}.log", timeout)
-    lines = [ln for ln in err.splitlines() if "done:" in ln]
-    assert lines, f"precompute {tag}: no summary line"
-    m = SUMMARY.search(lines[-1])
-    return {"n": int(m.group(1)), "whole_s": wall, "run_s": float(m.group(2)),
-            "peak_rss_mib": round(peak / 2**20), "summary": lines[-1].strip()}
+def time_precompute(binary: Path, config: dict, work: Path, tag: str, timeout: float) -> dict:
+    """One precompute run (work/TAG.yaml, .log, .summary.json): its samples, wall clock, own
+    timer (from its summary) and the peak RSS of its process tree."""
+    run = precompute_run.run_precompute(binary, config, work / tag, "--progress-interval", "0",
+                                        timeout=timeout, watch=TreeRss)
+    return {"n": run.samples, "whole_s": run.wall_s, "run_s": run.run_s,
+            "peak_rss_mib": round(run.watched / 2**20), "summary": run.done_line()}
 
 
 def read_shards(out: Path, modality: str) -> dict:
@@ -435,7 +429,7 @@ def main(argv=None) -> int:
                   "pooling": "mean"},
     }
     try:
-        runs = [run_precompute(args.binary, config, args.work, f"precompute-{k}", args.timeout)
+        runs = [time_precompute(args.binary, config, args.work, f"precompute-{k}", args.timeout)
                 for k in range(args.runs)]
         results.append(summarise(f"precompute ({args.device}, batch {args.batch})", runs, hours))
         vectors["precompute"] = read_shards(out, "audio")

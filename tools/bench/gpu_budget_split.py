@@ -20,12 +20,12 @@ gpu_budget_split.json and .md under --out; exit 1 when a check fails.
 import argparse
 import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import precompute_run  # noqa: E402  (runs precompute, reads its summary)
 import text_throughput as tt  # noqa: E402
 
 
@@ -97,22 +97,25 @@ def main() -> int:
         cfg_path = args.work / f"split-{budget}.yaml"
         cfg_path.write_text(json.dumps(config(paths, data["paths"]["model_dir"], manifest,
                                               args.work / f"split-out-{budget}", budget)))
-        cmd = [str(binary), "run", "--config", str(cfg_path)]
-        t = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True, env=tt.binary_env(binary),
-                           timeout=300)
-        wall = time.perf_counter() - t
-        (args.out / f"split-{budget}.log").write_text(r.stderr)
+        try:
+            # Its log and summary: OUT/split-BUDGET.log, .summary.json; a refusal (exit 2) is
+            # a result here, judged by the checks below.
+            r = precompute_run.run_precompute(binary, cfg_path, args.out / f"split-{budget}",
+                                              timeout=300, ok=(0, 2))
+        except precompute_run.PrecomputeFailed as e:
+            r = e.run
+        wall = r.wall_s
+        # Each encoder's share is in the calibration's log lines, not in the summary.
         shares = re.findall(r"\] (video|audio|text) on cuda:0: .*?; (\S+ \S+) per call for a "
                             r"largest sample, (\S+ \S+) per call given; at most (\d+) units",
-                            r.stderr)
-        m = re.search(r"peak GPU memory cuda:0 (\d+) MiB reserved", r.stderr)
-        peak = int(m.group(1)) if m else None
-        refusal = next((line for line in r.stderr.splitlines()
+                            r.log)
+        reserved = r.gpu_peak_mib("cuda:0") if r.returncode == 0 and r.summary else None
+        peak = round(reserved) if reserved is not None else None
+        refusal = next((line for line in r.log.splitlines()
                         if "[error] run.gpu_memory_budget" in line), "")
-        run = {"budget": budget, "cmd": " ".join(cmd), "returncode": r.returncode,
+        run = {"budget": budget, "cmd": " ".join(r.cmd), "returncode": r.returncode,
                "wall_s": round(wall, 2), "shares": shares, "peak_reserved_mib": peak,
-               "refusal": refusal, "tail": r.stderr.splitlines()[-6:]}
+               "refusal": refusal, "tail": r.log.splitlines()[-6:]}
         results["runs"].append(run)
         log(f"{budget}: exit {r.returncode} in {wall:.1f} s, shares {shares}, peak {peak} MiB")
         if expect == 0:

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import text_throughput as tt  # noqa: E402  (the text benchmark's data, env and summary parser)
+import precompute_run  # noqa: E402  (runs precompute, reads its summary)
+import text_throughput as tt  # noqa: E402  (the text benchmark's data)
 
 GIB = 1 << 30
 
@@ -65,22 +66,24 @@ def run(binary: Path, cfg: dict, work: Path, name: str, out_dir: Path, *flags: s
         timeout: int = 300) -> dict:
     cfg_path = work / f"budget-{name}.yaml"
     cfg_path.write_text(json.dumps(cfg, indent=1))
-    cmd = [str(binary), "run", "--config", str(cfg_path), *flags]
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=tt.binary_env(binary),
-                       timeout=timeout)
-    wall = time.perf_counter() - t
-    (out_dir / f"budget-{name}.log").write_text(p.stdout + p.stderr)
-    res = {"name": name, "cmd": " ".join(cmd), "returncode": p.returncode, "wall_s": wall,
-           "summary": tt.parse_summary(p.stderr)}
-    m = re.search(r"at most (\d+) units per batch", p.stderr)
+    try:
+        # Its log and summary: OUT/budget-NAME.log, .summary.json; a refusal (exit 2) is a
+        # result here, judged by the checks.
+        p = precompute_run.run_precompute(binary, cfg_path, out_dir / f"budget-{name}", *flags,
+                                          timeout=timeout, ok=(0, 2))
+    except precompute_run.PrecomputeFailed as e:
+        p = e.run
+    done = p.returncode == 0 and p.summary is not None
+    res = {"name": name, "cmd": " ".join(p.cmd), "returncode": p.returncode, "wall_s": p.wall_s,
+           "summary": p.figures() if done else {}}
+    # The limit the start-up calibration chose is in its log line, not in the summary.
+    m = re.search(r"at most (\d+) units per batch", p.log)
     res["token_limit"] = int(m.group(1)) if m else None
-    m = re.search(r"peak GPU memory cuda:0 (\d+) MiB reserved \((\d+) MiB allocated\)", p.stderr)
-    if m:
-        res["peak_reserved_mib"], res["peak_allocated_mib"] = int(m.group(1)), int(m.group(2))
-    m = re.search(r"(\d+) batch\(es\) split after running out of device memory", p.stderr)
-    res["oom_splits"] = int(m.group(1)) if m else 0
-    res["stderr_tail"] = "\n".join(p.stderr.splitlines()[-12:])
+    if done and p.gpu_peak_mib("cuda:0") is not None:
+        res["peak_reserved_mib"] = round(p.gpu_peak_mib("cuda:0"))
+        res["peak_allocated_mib"] = round(p.gpu_peak_mib("cuda:0", "allocated"))
+    res["oom_splits"] = p.summary["run"]["oom_splits"] if done else 0
+    res["stderr_tail"] = "\n".join(p.log.splitlines()[-12:])
     log(f"{name}: exit {p.returncode}, {res['summary'].get('per_s')} texts/s, token limit "
         f"{res['token_limit']}, peak reserved {res.get('peak_reserved_mib')} MiB, "
         f"{res['oom_splits']} split(s)")
@@ -154,7 +157,8 @@ def main() -> int:
     cfg_path = args.work / "budget-doctor.yaml"
     cfg_path.write_text(json.dumps(config(model_dir, manifest, args.work / "out-doctor", "4GiB")))
     d = subprocess.run([str(binary), "doctor", "--config", str(cfg_path), "--json"],
-                       capture_output=True, text=True, env=tt.binary_env(binary), timeout=300)
+                       capture_output=True, text=True, env=precompute_run.binary_env(binary),
+                       timeout=300)
     (args.out / "doctor.json").write_text(d.stdout)
     (args.out / "doctor.log").write_text(d.stderr)
     doctor = json.loads(d.stdout) if d.returncode == 0 and d.stdout.strip() else {}

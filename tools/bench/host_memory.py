@@ -16,12 +16,13 @@ benchmarks.md). Peaks vary by a few MB from run to run, about 1 KB a sample over
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import precompute_run  # noqa: E402  runs precompute and reads its summary (same folder)
 
 
 def run(cmd, **kwargs):
@@ -57,14 +58,12 @@ def main() -> int:
                 s["video"] = str(data / s["video"])
                 f.write(json.dumps(s) + "\n")
         out = args.work / f"out-{n}"
-        result = run([str(args.build / "tools/cli/precompute"), "run", "--config",
-                      str(ROOT / "configs/demo.yaml"), "--input", str(manifest), "--output",
-                      str(out), "--overwrite", "--shard-size", "256", "--progress-interval", "0"],
-                     stderr=subprocess.PIPE)
-        summary = [line for line in result.stderr.splitlines() if "done:" in line][-1]
-        peaks[n] = float(re.search(r"peak RSS (\d+) MB", summary).group(1))
-        rate = re.search(r"\(([\d.]+)/s[;)]", summary).group(1)
-        print(f"{n:>6} samples: peak RSS {peaks[n]:.0f} MB, {rate} samples/s")
+        result = precompute_run.run_precompute(
+            args.build / "tools/cli/precompute", ROOT / "configs/demo.yaml", args.work / f"run-{n}",
+            "--input", manifest, "--output", out, "--overwrite", "--shard-size", "256",
+            "--progress-interval", "0")
+        peaks[n] = result.peak_rss_mb
+        print(f"{n:>6} samples: peak RSS {peaks[n]:.0f} MB, {result.per_s:.1f} samples/s")
     sizes = sorted(peaks)
     a, b = sizes[-2], sizes[-1]
     per_sample = (peaks[b] - peaks[a]) * 1e6 / (b - a)

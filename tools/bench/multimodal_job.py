@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from audio_throughput import (SAMPLE_RATE, cosines, export_audio_model, peer_env,  # noqa: E402
-                              read_shards, run_precompute, run_process, write_manifest)
+                              read_shards, run_process, time_precompute, write_manifest)
 import text_throughput as tt  # noqa: E402
 
 import statistics  # noqa: E402
@@ -278,7 +278,7 @@ def main(argv=None) -> int:
     }
     results, failed, vectors = [], 0, {}
     try:
-        runs = [run_precompute(args.binary, config, args.work, f"precompute-{k}", args.timeout)
+        runs = [time_precompute(args.binary, config, args.work, f"precompute-{k}", args.timeout)
                 for k in range(args.runs)]
         results.append(summarise(f"precompute ({args.device})", runs))
         vectors["precompute"] = {m: read_shards(out, m) for m in ("video", "audio", "text")}

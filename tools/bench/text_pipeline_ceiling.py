@@ -20,23 +20,16 @@ Prints one JSON line per run and writes --work/text_pipeline_ceiling.json.
 """
 import argparse
 import json
-import os
 import random
-import re
 import resource
-import statistics
 import string
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from text_scale import busy_seconds, child_cpu_seconds  # noqa: E402 (same folder)
-from text_throughput import binary_env  # noqa: E402
+import precompute_run  # noqa: E402  runs precompute and reads its summary (same folder)
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-DONE = re.compile(r"done: (\d+) samples in ([\d.]+) s")
 
 
 def make_inputs(work: Path, captions: int, dim: int, seed: int) -> dict:
@@ -85,34 +78,23 @@ def run_once(binary: Path, paths: dict, work: Path, device: list, tag: str) -> d
                  "batch_size": 4096, "max_batch_tokens": 65536, "pooling": "model",
                  "tokenizer": {"vocab": str(paths["vocab"]), "max_length": 128}},
     }
-    config_path = work / f"{tag}.yaml"
-    config_path.write_text(json.dumps(config))
-    before, faults = os.times(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
-    started = time.perf_counter()
-    r = subprocess.run([str(binary), "run", "--config", str(config_path)], capture_output=True,
-                       text=True, env=binary_env(binary), timeout=1800)
-    whole = time.perf_counter() - started
-    if r.returncode != 0:
-        raise RuntimeError(f"{binary} exited {r.returncode}: {r.stderr[-2000:]}")
-    line = [ln for ln in r.stderr.splitlines() if "done:" in ln][-1]
-    m = DONE.search(line)
-    return {"binary": str(binary), "samples": int(m.group(1)), "whole_s": round(whole, 3),
-            "run_s": float(m.group(2)), "busy": busy_seconds(line),
-            "cpu_s": round(child_cpu_seconds(before), 2),
+    faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+    run = precompute_run.run_precompute(binary, config, work / tag, timeout=1800)
+    return {"binary": str(binary), "samples": run.samples, "whole_s": round(run.wall_s, 3),
+            "run_s": run.run_s, "busy": run.busy, "cpu_s": round(run.cpu_s, 2),
             "minor_faults": resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults}
 
 
 def median_run(runs: list) -> dict:
-    ordered = sorted(runs, key=lambda r: r["run_s"])
-    mid = ordered[len(ordered) // 2]
-    return {"binary": mid["binary"], "runs": len(runs),
-            "whole_s": statistics.median(r["whole_s"] for r in runs),
-            "run_s": statistics.median(r["run_s"] for r in runs),
-            "whole_per_s": round(mid["samples"] / statistics.median(r["whole_s"] for r in runs)),
-            "run_per_s": round(mid["samples"] / statistics.median(r["run_s"] for r in runs)),
+    mid = precompute_run.median_run(runs, key=lambda r: r["run_s"])
+    whole_s = precompute_run.median(r["whole_s"] for r in runs)
+    run_s = precompute_run.median(r["run_s"] for r in runs)
+    return {"binary": mid["binary"], "runs": len(runs), "whole_s": whole_s, "run_s": run_s,
+            "whole_per_s": round(mid["samples"] / whole_s),
+            "run_per_s": round(mid["samples"] / run_s),
             "busy_of_median_run": mid["busy"],
-            "cpu_s": statistics.median(r["cpu_s"] for r in runs),
-            "minor_faults": statistics.median(r["minor_faults"] for r in runs)}
+            "cpu_s": precompute_run.median(r["cpu_s"] for r in runs),
+            "minor_faults": precompute_run.median(r["minor_faults"] for r in runs)}
 
 
 def main() -> int:

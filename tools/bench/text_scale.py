@@ -36,10 +36,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from text_throughput import GpuMemorySampler, binary_env, make_data, parse_summary  # noqa: E402
+import precompute_run  # noqa: E402  runs precompute and reads its summary
+from text_throughput import GpuMemorySampler, make_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-BUSY = re.compile(r"busy:((?: [a-z ]+? [\d.]+ s)+)")
 LOG_LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3})\] \[[a-z]+\] "
                       r"((?:start-up|exit|input|compute): .*|done: \d+ samples in [\d.]+ s)")
 
@@ -91,16 +91,11 @@ def child_cpu_seconds(before: os.times_result) -> float:
                                                             - before.children_system)
 
 
-def busy_seconds(line: str) -> dict:
-    m = BUSY.search(line)
-    if not m:
-        return {}
-    return {name.strip(): float(v) for name, v in re.findall(r" ([a-z ]+?) ([\d.]+) s", m.group(1))}
-
-
-def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, devices: list,
-                   dtype: str, tag: str, run_options: dict, log_level: str = "info",
-                   gpu_sampler: bool = True) -> dict:
+def time_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, devices: list,
+                    dtype: str, tag: str, run_options: dict, log_level: str = "info",
+                    gpu_sampler: bool = True) -> dict:
+    """One precompute run (work/TAG.yaml, .log, .summary.json): wall clock, its own timer, load
+    time, busy seconds per stage and peak RSS from its summary, CPU seconds, GPU utilisation."""
     out = work / f"out-{tag}"
     # Every timed run is a first run: an earlier call's output in the same place would make
     # this one remove it (--overwrite), inside its clock.
@@ -112,35 +107,25 @@ def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, de
            "text": {"encoder": {"type": "bert", "path": str(model_dir)}, "dtype": dtype,
                     "batch_size": 4096, "max_batch_tokens": 65536, "pooling": "mean",
                     "tokenizer": {"vocab": str(model_dir / "vocab.txt"), "max_length": 256}}}
-    cfg_path = work / f"{tag}.yaml"
-    cfg_path.write_text(json.dumps(cfg))
     sampler = (GpuMemorySampler(utilisation=True)
                if gpu_sampler and any(d.startswith("cuda") for d in devices)
                and GpuMemorySampler.available() else None)
     if sampler:
         sampler.start()
-    env = binary_env(binary)
-    before = os.times()
     started = datetime.now()
-    t = time.perf_counter()
-    r = subprocess.run([str(binary), "run", "--config", str(cfg_path), "--log-level", log_level],
-                       capture_output=True,
-                       text=True, env=env, timeout=900)
-    wall = time.perf_counter() - t
-    ended = datetime.now()
-    cpu_s = child_cpu_seconds(before)
-    if sampler:
-        sampler.stop()
-    (work / f"{tag}.log").write_text(r.stderr + r.stdout)
-    if r.returncode != 0:
-        raise RuntimeError(f"precompute {tag}: exit {r.returncode}: {(r.stderr + r.stdout)[-2000:]}")
-    s = parse_summary(r.stderr + r.stdout)
-    got = {"n": s["samples"], "whole_s": wall, "run_s": s["seconds"],
-           "load_s": s.get("load_seconds"), "busy": busy_seconds(s["line"]),
-           "cpu_s": cpu_s, "gpu_util_mean": sampler.utilisation_means() if sampler else {},
-           "peak_rss_mb": s.get("peak_rss_mb")}
+    try:
+        run = precompute_run.run_precompute(binary, cfg, work / tag, "--log-level", log_level,
+                                            timeout=900)
+    finally:
+        ended = datetime.now()
+        if sampler:
+            sampler.stop()
+    got = {"n": run.samples, "whole_s": run.wall_s, "run_s": run.run_s, "load_s": run.load_s,
+           "busy": run.busy, "cpu_s": run.cpu_s,
+           "gpu_util_mean": sampler.utilisation_means() if sampler else {},
+           "peak_rss_mb": run.peak_rss_mb}
     if log_level in ("debug", "trace"):
-        got["timeline"] = timeline(r.stderr + r.stdout, started, ended)
+        got["timeline"] = timeline(run.log, started, ended)
         for at, what in got["timeline"]:
             print(f"  {tag} {at:7.3f} s  {what}", flush=True)
     return got
@@ -221,7 +206,7 @@ def main() -> int:
             for k in range(args.runs):
                 for b, binary in enumerate(binaries):
                     suffix = f"-b{b}" if len(binaries) > 1 else ""
-                    runs[b].append(run_precompute(
+                    runs[b].append(time_precompute(
                         binary, model_dir, manifest, args.work, devices, dtype,
                         f"{name.replace(':', '').replace(',', '+')}{suffix}-{k}", run_options,
                         args.log_level, gpu_sampler=not args.no_gpu_sampler))

@@ -16,8 +16,8 @@ run on one GPU, with a randomly initialised BERT-base (speed does not depend on 
    in float32 with small warm-ups and shapes.
 3. precompute: `<build>/tools/cli/precompute run --config CFG` on each manifest, a text-only
    config with encoder type bert; throughput by wall clock around the process (start-up
-   included) and by its own "done:" line; peak GPU memory from its summary ("peak GPU ...") or
-   else sampled from nvidia-smi every 100 ms.
+   included) and by its own timer (its summary, --summary-json); peak GPU memory from its summary
+   or else sampled from nvidia-smi every 100 ms.
 4. Quality: cosine of precompute's stored float16 vectors against transformers BertModel in
    float32 (TF32 off) with mean pooling, on a subsample (2,000 short, 500 long).
 
@@ -48,6 +48,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import precompute_run  # noqa: E402  runs precompute and reads its summary
+from precompute_run import binary_env  # noqa: E402  the GPU build's environment
+
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # Figures measured on the GPU machine by an earlier run of the same Python baselines, only
@@ -390,53 +394,8 @@ class GpuMemorySampler:
         return None, "unavailable"
 
 
-def binary_env(binary: Path) -> dict:
-    """The environment for the binary: LD_LIBRARY_PATH from build_on_gpu.sh's env file, for a
-    binary of its build tree (BUILD/tools/cli/precompute); any other binary gets this one's."""
-    env = dict(os.environ)
-    parents = binary.resolve().parents
-    env_file = parents[2] / "precompute-env.sh" if len(parents) > 2 else None
-    if env_file is not None and env_file.exists():
-        r = subprocess.run(["bash", "-c", f'. "{env_file}" && printf %s "$LD_LIBRARY_PATH"'],
-                           capture_output=True, text=True, check=True)
-        env["LD_LIBRARY_PATH"] = r.stdout
-    return env
-
-
-SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s \(([\d.]+)/s(?:; ([\d.]+) s more to load "
-                     r"the encoders)?\): (\d+) with embeddings \(video (\d+), audio (\d+), "
-                     r"text (\d+)\), (\d+) with failures")
-
-
-def parse_summary(log_text: str) -> dict:
-    lines = [ln for ln in log_text.splitlines() if "done:" in ln]
-    if not lines:
-        return {}
-    line = lines[-1]
-    res = {"line": line.strip()}
-    m = SUMMARY.search(line)
-    if m:
-        res.update({"samples": int(m.group(1)), "seconds": float(m.group(2)),
-                    "per_s": float(m.group(3)), "with_embeddings": int(m.group(5)),
-                    "text": int(m.group(8)), "failed": int(m.group(9))})
-        if m.group(4):
-            res["load_seconds"] = float(m.group(4))
-    m = re.search(r"peak RSS ([\d.]+) MB", line)
-    if m:
-        res["peak_rss_mb"] = float(m.group(1))
-    m = re.search(r"peak GPU[^;]*?(\d[\d.,]*)\s*(MiB|MB|GiB|GB)\b", line)
-    if m:
-        v = float(m.group(1).replace(",", ""))
-        res["peak_gpu_mib"] = v * {"MiB": 1, "MB": 1e6 / 2**20, "GiB": 1024,
-                                   "GB": 1e9 / 2**20}[m.group(2)]
-    m = re.search(r"failures by category:(.*)$", line)
-    if m:
-        res["failures_by_category"] = m.group(1).strip()
-    return res
-
-
-def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, name: str,
-                   args) -> dict:
+def bench_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, name: str,
+                     args) -> dict:
     out = work / f"precompute-out-{name}"
     shutil.rmtree(out, ignore_errors=True)
     encoder_path = model_dir
@@ -458,34 +417,31 @@ def run_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, na
            "run": {"progress_interval_s": 0}}
     cfg_path = work / f"precompute-{name}.yaml"
     cfg_path.write_text(json.dumps(cfg, indent=1))   # JSON is YAML
-    log_path = Path(args.out) / f"precompute-{name}.log"
-    cmd = [str(binary), "run", "--config", str(cfg_path)]
-    res = {"config": cfg, "cmd": " ".join(cmd), "log": str(log_path), "out": str(out)}
+    prefix = Path(args.out) / f"precompute-{name}"   # its .log and .summary.json
+    res = {"config": cfg, "log": str(prefix) + ".log", "out": str(out)}
     sampler = GpuMemorySampler() if (args.device.startswith("cuda")
                                      and GpuMemorySampler.available()) else None
     if sampler:
         sampler.start()
         time.sleep(0.3)
-    with open(log_path, "w") as logf:
-        t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
-                                env=binary_env(binary))
-        try:
-            rc = proc.wait(timeout=args.precompute_timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
-            res["timed_out"] = True
-        wall = time.perf_counter() - t
+    failed = None
+    try:
+        run = precompute_run.run_precompute(binary, cfg_path, prefix, env=binary_env(binary),
+                                            timeout=args.precompute_timeout)
+    except precompute_run.PrecomputeFailed as e:
+        run, failed = e.run, e
     if sampler:
         time.sleep(0.2)
         sampler.stop()
-        res["peak_gpu_mib_sampled"], res["peak_gpu_source"] = sampler.peak_for(proc.pid)
+        res["peak_gpu_mib_sampled"], res["peak_gpu_source"] = sampler.peak_for(run.pid)
         res["gpu_seen_pids"] = sorted(sampler.by_pid)
-    log_text = log_path.read_text(errors="replace")
-    res.update({"returncode": rc, "wall_s": wall, "summary": parse_summary(log_text)})
-    if rc != 0 or not res["summary"]:
-        res["error_tail"] = "\n".join(log_text.splitlines()[-40:])
+    if run.timed_out:
+        res["timed_out"] = True
+    wall = run.wall_s
+    res.update({"cmd": " ".join(run.cmd), "returncode": run.returncode, "wall_s": wall,
+                "summary": run.figures() if failed is None else {}})
+    if failed is not None:
+        res["error_tail"] = run.error_tail()
         raise PrecomputeFailed(res)
     n = res["summary"].get("samples", 0)
     res["per_s_wall"] = n / wall if wall > 0 else None
@@ -866,8 +822,8 @@ def main() -> int:
         else:
             for name in ("short", "long"):
                 res = step(f"precompute_{name}",
-                           lambda n=name: run_precompute(binary, paths["model_dir"], paths[n],
-                                                         args.work, n, args))
+                           lambda n=name: bench_precompute(binary, paths["model_dir"], paths[n],
+                                                           args.work, n, args))
                 if res is None:
                     continue
                 r["precompute"][name] = res

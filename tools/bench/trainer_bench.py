@@ -70,7 +70,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools" / "bench"))
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "python"))
-import text_throughput as tt  # noqa: E402  (random vocabulary, tokenizer, binary env, summary)
+import precompute_run  # noqa: E402  (runs precompute, reads its summary)
+import text_throughput as tt  # noqa: E402  (random vocabulary, tokenizer)
 import train_fusion  # noqa: E402  (the fusion head and its losses)
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -203,22 +204,21 @@ def generate(args, work: Path) -> dict:
     }
     cfg_path = work / "precompute.yaml"
     cfg_path.write_text(json.dumps(cfg, indent=1))  # JSON is YAML
-    cmd = [str(args.binary), "run", "--config", str(cfg_path)]
     log(f"precompute: {args.samples:,} samples ({len(clips)} clips) -> {out}")
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=tt.binary_env(Path(args.binary)),
-                       timeout=args.precompute_timeout)
-    wall = time.perf_counter() - t
-    (Path(args.out) / "precompute.log").write_text(p.stdout + p.stderr)
-    summary = tt.parse_summary(p.stderr)
-    if p.returncode != 0 or summary.get("with_embeddings") != args.samples:
-        raise RuntimeError(f"precompute exit {p.returncode}, summary {summary}:\n"
-                           + "\n".join(p.stderr.splitlines()[-30:]))
+    # Its log and summary: OUT/precompute.log, OUT/precompute.summary.json.
+    run = precompute_run.run_precompute(Path(args.binary), cfg_path, Path(args.out) / "precompute",
+                                        timeout=args.precompute_timeout)
+    wall = run.wall_s
+    summary = run.figures()
+    if summary["with_embeddings"] != args.samples:
+        raise RuntimeError(f"precompute embedded {summary['with_embeddings']} of "
+                           f"{args.samples} samples, summary {summary}:\n{run.error_tail(30)}")
     index = json.loads((out / "index.json").read_text())
     dims = {m: (v["dim"], v["layout"]) for m, v in index["modalities"].items()}
     if any(dims.get(m) != (768, "pooled") for m in MODALITIES):
         raise RuntimeError(f"expected pooled 768-d video, audio and text, got {dims}")
-    res = {"out": str(out), "cmd": " ".join(cmd), "wall_s": wall, "per_s_wall": args.samples / wall,
+    res = {"out": str(out), "cmd": " ".join(run.cmd), "wall_s": wall,
+           "per_s_wall": args.samples / wall,
            "summary": summary, "bytes": sum(s["bytes"] for s in index["shards"]),
            "shards": len(index["shards"]), "dims": dims}
     log(f"precompute: {args.samples:,} samples in {wall:.1f} s ({res['per_s_wall']:,.0f}/s "

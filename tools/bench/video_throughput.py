@@ -8,8 +8,9 @@ frames mean-pooled per clip. precompute writes its HDF5 shards; the peer keeps i
 memory (it does less).
 
 Figures, each the median of --runs runs: clips/s over the whole process (start to exit: loading,
-CUDA start-up and writing included) and over the run alone (precompute's own timer; the peer's
-loop). Also precompute's decoded frames per clip and where its clips were decoded.
+CUDA start-up and writing included) and over the run alone (precompute's own timer, from its
+summary; the peer's loop). Also precompute's decoded frames per clip and where its clips were
+decoded.
 
 The peer: PyNvVideoCodec 2.2 (NVDEC through NVIDIA's own bindings), one SimpleDecoder per thread
 reused across files (reconfigure_decoder), --peer-threads threads, frames fetched by index in one
@@ -21,7 +22,6 @@ Prints one JSON line per measurement and a table; writes $OUT/video_bench.json.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -29,19 +29,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from text_throughput import binary_env  # the same GPU build's environment (same folder)
-from text_scale import busy_seconds, child_cpu_seconds, timeline
+import precompute_run  # runs precompute and reads its summary (same folder)
+from text_scale import child_cpu_seconds, timeline
 
 WORK = Path("/tmp/video-bench")
-SUMMARY = re.compile(r"done: (\d+) samples in ([\d.]+) s")
-DECODED = re.compile(r"video decoding: (\d+) frames decoded for (\d+) kept \(([\d.]+) per clip\)")
-ON_NVDEC = re.compile(r"(\d+) clip\(s\) on NVDEC")
-HANDED_OVER = re.compile(r"(\d+) of them started on the CPU and handed over")
-DECODERS = re.compile(r"decoders: (.*?), \d+ clip\(s\) on NVDEC")
-# How busy the decoders kept while the graph ran (Note [How busy the decoders were]).
-GRAPH = re.compile(r"graph ran ([\d.]+) s")
-NVDEC_BUSY = re.compile(r"NVDEC sessions busy (\d+)% of it")
-CPU_DECODES = re.compile(r"CPU video decodes ([\d.]+) at a time on average")
 
 
 def export_model() -> Path:
@@ -63,10 +54,13 @@ def clip_list(clips: Path, copies: int) -> list:
     return [f for _ in range(copies) for f in files]
 
 
-def run_precompute(binary: Path, model: Path, files: list, sampling: str, decoder: str,
-                   sessions: int, devices: list, tag: str, video_extra: dict,
-                   log_level: str = "info", decode_threads: int = 0,
-                   max_in_flight: int = 0) -> dict:
+def time_precompute(binary: Path, model: Path, files: list, sampling: str, decoder: str,
+                    sessions: int, devices: list, tag: str, video_extra: dict,
+                    log_level: str = "info", decode_threads: int = 0,
+                    max_in_flight: int = 0) -> dict:
+    """One precompute run (WORK/TAG.yaml, .log, .summary.json): wall clock, its own timer, CPU
+    seconds, and from its summary where the clips were decoded and how busy the decoders kept
+    while the graph ran (Note [How busy the decoders were])."""
     manifest = WORK / "manifest.jsonl"
     manifest.write_text("".join(json.dumps({"id": f"c{i:06d}", "video": str(f)}) + "\n"
                                 for i, f in enumerate(files)))
@@ -81,46 +75,31 @@ def run_precompute(binary: Path, model: Path, files: list, sampling: str, decode
                   "pooling": "mean", "decoder": decoder, "nvdec_sessions": sessions,
                   "batch_size": 64} | video_extra,
     }
-    config_path = WORK / f"{tag}.yaml"
-    config_path.write_text(json.dumps(config))
-    before = os.times()
     started = datetime.now()
-    t = time.perf_counter()
-    r = subprocess.run([str(binary), "run", "--config", str(config_path), "--progress-interval",
-                        "0", "--log-level", log_level], capture_output=True, text=True,
-                       env=binary_env(binary), timeout=900)
-    wall = time.perf_counter() - t
+    run = precompute_run.run_precompute(binary, config, WORK / tag, "--progress-interval", "0",
+                                        "--log-level", log_level, timeout=900)
     ended = datetime.now()
-    cpu_s = child_cpu_seconds(before)
-    (WORK / f"{tag}.log").write_text(r.stderr)
-    if r.returncode != 0:
-        raise RuntimeError(f"precompute {tag}: exit {r.returncode}: {r.stderr[-2000:]}")
-    line = [ln for ln in r.stderr.splitlines() if "done:" in ln][-1]
-    m = SUMMARY.search(line)
-    n, run_s = int(m.group(1)), float(m.group(2))
-    d = DECODED.search(line)
-    g = ON_NVDEC.search(line)
-    h = HANDED_OVER.search(line)
-    decoders = DECODERS.search(line)
-    graph, nvdec_busy = GRAPH.search(line), NVDEC_BUSY.search(line)
-    cpu_decodes = CPU_DECODES.search(line)
+    video = run.summary["video_decoding"]
+    busy_fraction = video["nvdec_busy_fraction"]
+    at_once = video["cpu_decodes_at_once"]
     got_timeline = {}
     if log_level in ("debug", "trace"):
         # The start-up and exit lines' seconds from the process's start (text_scale.timeline).
-        got_timeline = {"timeline": timeline(r.stderr, started, ended)}
+        got_timeline = {"timeline": timeline(run.log, started, ended)}
         for at, what in got_timeline["timeline"]:
             print(f"  {tag} {at:7.3f} s  {what}", flush=True)
-    return got_timeline | {"clips": n, "whole_s": wall, "run_s": run_s,
-            "decoded_per_clip": float(d.group(3)) if d else None,
-            "on_nvdec": int(g.group(1)) if g else 0,
-            "handed_over": int(h.group(1)) if h else 0, "summary": line.strip(),
-            "decoders": decoders.group(1) if decoders else None,
-            "busy": busy_seconds(line),
-            "graph_s": float(graph.group(1)) if graph else None,
-            "nvdec_busy_pct": int(nvdec_busy.group(1)) if nvdec_busy else None,
-            "cpu_decodes_at_once": float(cpu_decodes.group(1)) if cpu_decodes else None,
+    return got_timeline | {"clips": run.samples, "whole_s": run.wall_s, "run_s": run.run_s,
+            "decoded_per_clip": round(video["frames_decoded"] / video["clips"], 1)
+            if video["clips"] else None,
+            "on_nvdec": video["clips_on_nvdec"],
+            "handed_over": video["nvdec_handovers"], "summary": run.done_line(),
+            "decoders": video["decoders"] if video["nvdec_sessions"] > 0 else None,
+            "busy": run.busy,
+            "graph_s": run.summary["seconds"]["graph"],
+            "nvdec_busy_pct": round(100 * busy_fraction) if busy_fraction is not None else None,
+            "cpu_decodes_at_once": round(at_once, 1) if at_once is not None else None,
             # CPU seconds of the process (user + system): what a clip costs the cores.
-            "cpu_s": cpu_s}
+            "cpu_s": run.cpu_s}
 
 
 PEER = r'''
@@ -286,12 +265,12 @@ def main() -> int:
                 if k >= c["n"] or c["error"]:
                     continue
                 try:
-                    c["runs"].append(run_precompute(c["binary"], model, files, sampling,
-                                                    c["mode"], c["sessions"], c["devices"],
-                                                    f"{c['tag']}-{k}",
-                                                    json.loads(args.video_json),
-                                                    args.log_level, c["decode_threads"],
-                                                    c["max_in_flight"]))
+                    c["runs"].append(time_precompute(c["binary"], model, files, sampling,
+                                                     c["mode"], c["sessions"], c["devices"],
+                                                     f"{c['tag']}-{k}",
+                                                     json.loads(args.video_json),
+                                                     args.log_level, c["decode_threads"],
+                                                     c["max_in_flight"]))
                 except Exception as e:
                     c["error"] = str(e)[-1500:]
         for c in cases:

@@ -1,0 +1,96 @@
+"""tools/bench/precompute_run.py, the one module through which every benchmark script runs
+precompute and reads its summary (docs/format.md, "Run summary"), on a tiny CPU text job: the
+figures it gives come from the summary file, equal what the run wrote, and a run that fails
+raises with its exit code and log; medians pick the middle run. The scripts that only run on the
+GPU machine call it the same way (gpu_memory_budget.run is run here on the CPU)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, write_manifest
+
+sys.path.insert(0, str(ROOT / "tools" / "bench"))
+import precompute_run  # noqa: E402
+
+
+@pytest.fixture()
+def text_job(probes, minilm_folder, tmp_path):
+    manifest = write_manifest(tmp_path / "m.jsonl",
+                              [{"id": f"t{i}", "text": f"caption number {i}"} for i in range(20)]
+                              + [{"id": "empty", "text": " "}])
+    return {"input": {"manifest": str(manifest)},
+            "output": {"path": str(tmp_path / "out"), "shard_size": 8, "overwrite": True},
+            "text": {"encoder": {"path": str(probes / "text_pooled_probe.pt")},
+                     "pooling": "model", "tokenizer": {"vocab": str(minilm_folder / "vocab.txt")}}}
+
+
+class Watch:
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def stop(self):
+        return ("watched", self.pid)
+
+
+def test_a_run_is_read_from_its_summary(binary, text_job, tmp_path):
+    run = precompute_run.run_precompute(binary, text_job, tmp_path / "runs" / "one",
+                                        "--progress-interval", "0", watch=Watch, timeout=300)
+    assert run.returncode == 0 and not run.timed_out
+    assert run.watched == ("watched", run.pid)
+    for suffix in (".yaml", ".log", ".summary.json"):
+        assert (tmp_path / "runs" / f"one{suffix}").exists(), suffix
+    assert run.summary == json.loads((tmp_path / "runs" / "one.summary.json").read_text())
+    assert "--summary-json" in run.cmd and run.wall_s > run.run_s > 0 and run.cpu_s > 0
+    assert run.samples == 21 and run.per_s == pytest.approx(21 / run.run_s)
+    assert run.load_s == run.summary["seconds"]["load"]
+    assert {"route", "assemble", "build shards", "commit", "encode text"} <= set(run.busy)
+    assert run.gpu_peak_mib() is None  # on the CPU
+    assert run.done_line().startswith(f"[") and "done: 21 samples in" in run.done_line()
+    figures = run.figures()
+    assert figures == {"line": run.done_line(), "samples": 21, "seconds": run.run_s,
+                       "per_s": run.per_s, "with_embeddings": 20, "text": 20, "failed": 1,
+                       "load_seconds": run.load_s,
+                       "peak_rss_mb": run.summary["memory"]["peak_rss_bytes"] / 1e6,
+                       "failures_by_category": "bad_text 1"}
+    assert run.embedded("text") == 20 and run.embedded("video") == 0
+
+
+def test_medians_pick_the_middle_run(binary, text_job, tmp_path):
+    runs = [precompute_run.run_precompute(binary, text_job, tmp_path / f"r{k}",
+                                          "--progress-interval", "0") for k in range(3)]
+    middle = sorted(runs, key=lambda r: r.run_s)[1]
+    assert precompute_run.median_run(runs) is middle
+    assert precompute_run.median(r.run_s for r in runs) == middle.run_s
+    assert precompute_run.median_run(runs, key=lambda r: -r.wall_s) is \
+        sorted(runs, key=lambda r: -r.wall_s)[1]
+
+
+def test_a_failed_run_raises_with_its_exit_and_log(binary, text_job, tmp_path):
+    text_job["text"]["encoder"]["path"] = str(tmp_path / "no-model.pt")
+    with pytest.raises(precompute_run.PrecomputeFailed) as failed:
+        precompute_run.run_precompute(binary, text_job, tmp_path / "bad")
+    run = failed.value.run
+    assert run.returncode == 2 and "exited 2" in str(failed.value)
+    assert "no-model.pt" in str(failed.value) and str(run.log_path) in str(failed.value)
+    # The refusal's own summary says so; a caller that takes exit 2 as a result gets the run.
+    assert run.summary["end"] == "refused" and run.summary["exit_code"] == 2
+    same = precompute_run.run_precompute(binary, text_job, tmp_path / "bad", ok=(0, 2))
+    assert same.returncode == 2 and same.figures()["with_embeddings"] == 0
+
+
+def test_a_timeout_kills_the_run(binary, text_job, tmp_path):
+    with pytest.raises(precompute_run.PrecomputeFailed) as failed:
+        precompute_run.run_precompute(binary, text_job, tmp_path / "slow", timeout=0.01)
+    assert failed.value.run.timed_out and "(timed out)" in str(failed.value)
+
+
+def test_gpu_memory_budget_reads_a_run_through_it(binary, text_job, tmp_path):
+    """The GPU script's runner, on a CPU job: the same fields, with no GPU peak."""
+    import gpu_memory_budget
+    res = gpu_memory_budget.run(binary, text_job, tmp_path, "cpu", tmp_path, timeout=300)
+    assert res["returncode"] == 0 and res["summary"]["with_embeddings"] == 20
+    assert res["oom_splits"] == 0 and "peak_reserved_mib" not in res
+    assert (tmp_path / "budget-cpu.log").exists()
