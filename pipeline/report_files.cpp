@@ -71,7 +71,7 @@ bool same_file(const fs::path& a, const fs::path& b) {
 struct Report {
   std::string_view key;   // "run.summary_json"
   std::string_view flag;  // "--summary-json"
-  fs::path* path;
+  const fs::path* path;
 };
 
 std::string named(const Report& r) {
@@ -143,13 +143,15 @@ fs::path rank_report_path(const fs::path& path, const Partition& partition) {
 }
 
 void place_report_files(Config& config, const Partition& partition) {
-  auto& run = config.run;
-  run.summary_json = rank_report_path(run.summary_json, partition);
-  run.metrics_file = rank_report_path(run.metrics_file, partition);
-  const Report summary{"run.summary_json", "--summary-json", &run.summary_json};
-  const Report metrics{"run.metrics_file", "--metrics-file", &run.metrics_file};
-  if (!run.summary_json.empty()) check_report(summary, config, run.metrics_file, metrics.key);
-  if (!run.metrics_file.empty()) check_report(metrics, config, run.summary_json, summary.key);
+  // Checked before either is set: a refused path leaves the config as it was.
+  fs::path summary_path = rank_report_path(config.run.summary_json, partition);
+  fs::path metrics_path = rank_report_path(config.run.metrics_file, partition);
+  const Report summary{"run.summary_json", "--summary-json", &summary_path};
+  const Report metrics{"run.metrics_file", "--metrics-file", &metrics_path};
+  if (!summary_path.empty()) check_report(summary, config, metrics_path, metrics.key);
+  if (!metrics_path.empty()) check_report(metrics, config, summary_path, summary.key);
+  config.run.summary_json = std::move(summary_path);
+  config.run.metrics_file = std::move(metrics_path);
 }
 
 void remove_earlier_summary(const Config& config) {

@@ -16,11 +16,11 @@ namespace precompute {
 std::filesystem::path rank_report_path(const std::filesystem::path& path,
                                        const Partition& partition);
 
-// Sets config.run.summary_json and metrics_file to the files this process writes
-// (rank_report_path()) and checks each: not a folder, in a folder that exists and is writable,
+// Checks the files this process writes for config.run.summary_json and metrics_file
+// (rank_report_path()), then sets them: not a folder, in a folder that exists and is writable,
 // not inside the output folder, not a file the run reads (the config, the input, a model), not
 // the other report's file, no NUL byte, a name short enough for its temporary file. Throws
-// ConfigError naming the key, its flag and the fix.
+// ConfigError naming the key, its flag and the fix, and leaves the config as it was.
 void place_report_files(Config& config, const Partition& partition);
 
 // Removes a summary left at run.summary_json by an earlier command, so that after this one the

@@ -643,9 +643,12 @@ OutputTotals output_totals(
 // Written under the lock, the folder's copy can never land in a folder another run has taken
 // since. A run that succeeds is summarised from its counters and the index it leaves; one that
 // an error ends (a stop, a full disk, a bug) from its counters and the index.json it committed,
-// read back, and the error goes on to the command. A summary that cannot be written is the run's
-// error (exit 74: nothing that failed may end in exit 0), reported in turn as the run's end;
-// after an error, only a warning beside it. Refusals before plan() leave the folder as it was:
+// read back, and the error goes on to the command. The folder's copy is written only where that
+// index is this run's output: a run refused in plan() for other settings (the index rebuilt from
+// another output's shards) would leave a copy whose id contradicts the folder's files, which the
+// next run would refuse as someone else's. A summary that cannot be written is the run's error
+// (exit 74: nothing that failed may end in exit 0), reported in turn as the run's end; after an
+// error, only a warning beside it. Refusals before plan() leave the folder as it was:
 // the command writes their summary to run.summary_json alone (tools/cli/run_command.cpp).
 
 MetricsContext metrics_context(const Config& config, const RunContext& context,
@@ -663,13 +666,15 @@ MetricsContext metrics_context(const Config& config, const RunContext& context,
   return m;
 }
 
-// Writes the end's metrics and summary; the folder's summary.json is left as it is by a run that
-// changed nothing there and ends as the run it records did.
+// Writes the end's metrics and summary. The folder's summary.json only where the folder holds
+// this run's output (`ours`: a run refused for other settings leaves another output's files,
+// whose id the copy would contradict), and left as it is by a run that changed nothing there and
+// ends as the run it records did.
 void report_end(const Config& config, const RunSummary& summary, const RunStats& stats,
-                MetricsFile& metrics, bool overwrote) {
+                MetricsFile& metrics, bool ours, bool overwrote) {
   metrics.write(stats, summary.exit_code);
-  const bool keep = summary.processed_samples > 0 || overwrote ||
-                    !kept_summary_ended_with(config.output.path, summary.exit_code);
+  const bool keep = ours && (summary.processed_samples > 0 || overwrote ||
+                             !kept_summary_ended_with(config.output.path, summary.exit_code));
   write_summary_files(summary, config.run.summary_json, keep);
 }
 
@@ -702,7 +707,7 @@ RunSummary run_and_report(const Config& config, const RunContext& context, const
     summary.output_totals =
         output_totals(config.output.path, executed.index, written, summary.run_failures);
     summary.exit_code = context.exit_code ? context.exit_code(summary, nullptr) : 0;
-    report_end(config, summary, stats, metrics, output.overwrite);
+    report_end(config, summary, stats, metrics, /*ours=*/true, output.overwrite);
     return summary;
   } catch (const std::exception& error) {
     // What the run committed before the error: the index on disk.
@@ -713,15 +718,17 @@ RunSummary run_and_report(const Config& config, const RunContext& context, const
     } catch (const Error& e) {
       spdlog::warn("the summary leaves out the output's totals: {}", e.what());
     }
-    if (on_disk) left.index = *on_disk;
+    // A folder refused for other settings holds another output: its totals are not this run's.
+    const bool ours = on_disk && on_disk->meta.output_id == calibrated.meta.output_id;
+    if (ours) left.index = *on_disk;
     RunSummary summary =
         with_rank(summarise(config, calibrated, span, planned ? planned->plan.committed_samples : 0,
                             left, stats, run_started));
-    if (on_disk) summary.output_totals = output_totals(config.output.path, *on_disk, {}, {});
+    if (ours) summary.output_totals = output_totals(config.output.path, *on_disk, {}, {});
     summary.exit_code = context.exit_code ? context.exit_code(summary, &error) : 70;
     summary.message = error.what();
     try {
-      report_end(config, summary, stats, metrics, output.overwrite);
+      report_end(config, summary, stats, metrics, ours, output.overwrite);
     } catch (const std::exception& report_error) {
       spdlog::warn("cannot write the run's summary: {}", report_error.what());
     }

@@ -436,6 +436,27 @@ def test_a_config_refused_at_start_up_writes_its_summary(binary, data, tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_a_refusal_for_other_settings_leaves_no_summary_of_its_own_there(binary, data,
+                                                                         tmp_path):
+    """With index.json gone, a run of other settings rebuilds the index from the shards and is
+    refused (exit 2): the folder holds the earlier output, so it keeps no summary with the
+    refused run's id, and the earlier settings resume it."""
+    out, summary_path = tmp_path / "out", tmp_path / "summary.json"
+    run(binary, data["config_path"], out)
+    (out / "index.json").unlink()
+    (out / "summary.json").unlink()
+    config = json.loads(data["config_path"].read_text())
+    config["output"]["dtype"] = "float32"
+    other = tmp_path / "other.yaml"
+    other.write_text(json.dumps(config))
+    run(binary, other, out, "--summary-json", summary_path, expect=2)
+    refused = read_summary(summary_path)
+    assert refused["end"] == "refused" and refused["output_totals"] is None
+    assert not (out / "summary.json").exists()
+    run(binary, data["config_path"], out)
+    assert read_summary(out / "summary.json")["run"]["resumed_samples"] == 12
+
+
 def test_a_crash_the_supervisor_restarts_leaves_whole_reports(binary, data, tmp_path):
     out, summary_path = tmp_path / "out", tmp_path / "summary.json"
     metrics_path = tmp_path / "m.prom"
@@ -592,3 +613,29 @@ def test_an_output_path_with_quotes_newlines_and_bytes(binary, data, tmp_path):
     escaped = shown.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     assert all(("output", escaped) in labels for (_, labels) in series)
     assert value(series, "precompute_samples_done_total") == 12
+
+
+def test_without_progress_lines_the_metrics_still_tick(binary, data, tmp_path):
+    """--progress-interval 0 silences the lines, not the metrics: rewritten every 2 s."""
+    config_path = long_job(data, tmp_path, 2000)
+    metrics_path = tmp_path / "run.prom"
+    cmd = [str(binary), "run", "--config", str(config_path), "--output", str(tmp_path / "out"),
+           "--progress-interval", "0", "--metrics-file", str(metrics_path)]
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env_without_faults())
+    ticks = set()
+    while proc.poll() is None and time.monotonic() - started < 120:
+        if metrics_path.exists():
+            series = parse_prometheus(metrics_path.read_text())
+            if value(series, "precompute_run_finished") == 0:
+                ticks.add(value(series, "precompute_metrics_updated_timestamp_seconds"))
+        time.sleep(0.05)
+    stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0, stderr[-3000:]
+    assert stderr.count("] progress: ") == 1  # the last line alone
+    seconds = json.loads((tmp_path / "out" / "summary.json").read_text())["seconds"]["graph"]
+    assert seconds > 4.5, f"the job took {seconds:.1f} s, too short to see two ticks"
+    ordered = sorted(ticks)
+    assert len(ordered) >= 3, ordered  # the graph's start, then every 2 s
+    assert all(1.5 < b - a < 3 for a, b in zip(ordered[1:], ordered[2:])), ordered
