@@ -12,6 +12,8 @@
 
 #include "pipeline/core/error.hpp"
 #include "storage/atomic_file.hpp"
+#include "storage/output_folder.hpp"
+#include "storage/output_index.hpp"
 
 namespace precompute {
 
@@ -21,7 +23,10 @@ namespace precompute {
 // folder, a folder that does not exist or cannot be written, a name too long for the temporary
 // file that an atomic write makes beside it. A path inside the output folder is refused too: the
 // folder is the tool's (it keeps its own summary.json there), and a file of the user's there
-// would make a later run take the folder for someone else's. So is a file the run reads (the
+// would make a later run take the folder for someone else's; so is a path in any other output
+// folder (one that holds index.json or a run's lock), where this run's summary.json, carrying
+// this run's output id, would make that output's next run refuse its folder. So is a file the
+// run reads (the
 // config, the manifest, a model), which the report would overwrite, and the same file for both
 // reports. The ranks of a split job usually share one config file, and may share a host: each
 // writes its own files, named after its rank as its folder is (rank_report_path()), so that no
@@ -100,6 +105,12 @@ void check_report(const Report& r, const Config& config, const fs::path& other,
            ", inside the output folder ", config.output.path,
            ", which holds only precompute's own files (it keeps the run's summary there as ",
            "summary.json already); choose a path outside it");
+  const fs::path parent = p.parent_path();
+  PC_CHECK(!fs::exists(parent / kIndexFileName) && !fs::exists(parent / kLockFileName), ConfigError,
+           named(r), " is ", p, ", in the folder ", parent, ", which holds a precompute output (",
+           kIndexFileName, " or ", kLockFileName,
+           "); a file of this run there would be taken for one of that output's. Choose a path "
+           "outside every output folder");
   std::error_code error;
   const auto status = fs::status(p, error);
   PC_CHECK(status.type() == fs::file_type::not_found || status.type() == fs::file_type::regular,

@@ -532,6 +532,12 @@ def test_paths_that_cannot_work_are_refused(binary, data, tmp_path, flag, key):
         assert key in r.stderr and flag in r.stderr and message in r.stderr, \
             f"{path}: {r.stderr[-2000:]}"
         assert not out.exists(), f"{path}: the output folder was made"
+    # Another output's folder: this run's summary.json there would carry another output id.
+    other = tmp_path / "other-out"
+    other.mkdir()
+    (other / "index.json").write_text("{}")
+    r = run(binary, data["config_path"], out, flag, other / "summary.json", expect=2)
+    assert "holds a precompute output" in r.stderr and key in r.stderr
     # The same file for both reports.
     same = tmp_path / "same.json"
     r = run(binary, data["config_path"], out, "--summary-json", same, "--metrics-file", same,
