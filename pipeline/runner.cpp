@@ -172,8 +172,10 @@ ShardMeta make_meta(const Config& config, const EncoderPools& pools, const Confi
 // video section). Such a sample gets a no_input failure record per configured modality
 // (SamplePreparer), so it is counted and listed instead of vanishing. When no line at all can be
 // used, the config and the input do not belong together: the run is refused before any work.
+// A configured modality that no line feeds is refused too (Note [A modality that no line feeds]
+// in pipeline/input/input_columns.cpp).
 void check_usable_input(const std::vector<SampleSpec>& samples, const Config& config,
-                        const std::filesystem::path& input) {
+                        const std::filesystem::path& input, const InputColumns& columns) {
   int64_t usable = 0;
   for (const auto& s : samples) usable += sample_has_configured_input(s, config) ? 1 : 0;
   if (usable > 0) {
@@ -192,7 +194,8 @@ void check_usable_input(const std::vector<SampleSpec>& samples, const Config& co
   }
   PC_THROW(InputError, "none of the ", samples.size(), " samples of ", input,
            " gives an input that the config's modalities (", configured,
-           ") use; add a section for the modalities the input has (video, audio, text) or check "
+           ") use (", describe_columns(columns),
+           "); add a section for the modalities the input has (video, audio, text) or check "
            "input.manifest / --input");
 }
 
@@ -225,11 +228,13 @@ struct Input {
 
 // Fills `input` in place: the hashing thread reads input.samples, so the Input never moves.
 void read_checked_input(const Config& config, Input& input) {
-  input.samples =
-      read_input(config.input.manifest, config.input.folder, config.output.keep_columns.names);
+  InputColumns columns;
+  input.samples = read_input(config.input.manifest, config.input.folder,
+                             config.output.keep_columns.names, &columns);
   input.path = config.input.manifest.empty() ? config.input.folder : config.input.manifest;
   spdlog::info("input: {} samples from {}", input.samples.size(), input.path.string());
-  check_usable_input(input.samples, config, input.path);
+  check_usable_input(input.samples, config, input.path, columns);
+  check_input_columns(input.samples, columns, config);
   spdlog::debug("start-up: input checked");
   input.sha256 = std::async(std::launch::async, [&samples = input.samples] {
                    return input_identity(samples, samples.size());

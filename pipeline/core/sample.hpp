@@ -32,6 +32,20 @@ struct SampleSpec {
   int64_t line = 0;  // 1-based manifest line (or file number in folder mode), for messages
 };
 
+// Whether `spec` gives modality `m` an input: audio comes from the audio file, or else from the
+// video file's audio track.
+inline bool gives_input(const SampleSpec& spec, Modality m) {
+  switch (m) {
+    case Modality::kVideo:
+      return spec.video.has_value();
+    case Modality::kAudio:
+      return spec.audio.has_value() || spec.video.has_value();
+    case Modality::kText:
+      return spec.text.has_value();
+  }
+  return false;
+}
+
 // Why a sample's media are not to be decoded (it crashed or hung the process, Note [Crash
 // containment] in pipeline/crash_containment.cpp): each media modality its line gives gets a
 // failure record of this category and message instead.

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/input/printable_text.hpp"
 
 namespace precompute {
 namespace {
@@ -59,35 +60,6 @@ bool is_valid_utf8(std::string_view text) {
     left -= n;
   }
   return true;
-}
-
-// `text` as it can be shown in a message: valid characters as they are, control characters and
-// bytes that are not UTF-8 as \xHH, so that a terminal shows exactly which bytes are wrong.
-std::string printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  const auto escape = [&](unsigned char byte) {
-    out += "\\x";
-    out += kHex[byte >> 4];
-    out += kHex[byte & 0xF];
-  };
-  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  size_t i = 0;
-  while (i < text.size()) {
-    utf8proc_int32_t code_point = 0;
-    const utf8proc_ssize_t n =
-        utf8proc_iterate(bytes + i, static_cast<utf8proc_ssize_t>(text.size() - i), &code_point);
-    if (n <= 0) {
-      escape(bytes[i++]);
-    } else if (code_point < 0x20 || code_point == 0x7F) {
-      escape(static_cast<unsigned char>(code_point));
-      ++i;
-    } else {
-      out.append(text.substr(i, static_cast<size_t>(n)));
-      i += static_cast<size_t>(n);
-    }
-  }
-  return out;
 }
 
 // The NFC form of valid UTF-8 `text`, to find ids that look the same but differ in bytes.
@@ -482,6 +454,50 @@ std::string_view written_value(const std::vector<JsonMember>& members, const std
   PC_ASSERT(false, "the parsed object's key '", printable(key), "' is not among its members");
 }
 
+// Note [The keys of a JSONL manifest]
+// A config is checked against the keys the manifest's lines have (Note [A modality that no line
+// feeds] in input_columns.cpp), so the reader collects them as it parses: the thread that parses
+// a block notes its lines' keys, and the thread that adds the samples merges the blocks' in
+// order. Nearly every line has the keys of the line before, in the same order, which one
+// comparison of a few views into the block settles; a line with other keys has them decoded and
+// looked up. At most kMaxColumnNames keys are kept, so that a manifest whose keys are data (an
+// id as a key) costs no more than that.
+
+// Distinct names in the order first seen, at most kMaxColumnNames; `more`: there were more.
+struct ColumnNames {
+  std::vector<std::string> names;
+  bool more = false;
+
+  void add(std::string name) {
+    if (std::find(names.begin(), names.end(), name) != names.end()) return;
+    if (names.size() < kMaxColumnNames) {
+      names.push_back(std::move(name));
+    } else {
+      more = true;
+    }
+  }
+  void clear() {
+    names.clear();
+    more = false;
+  }
+};
+
+// Adds the keys of a line's `members` to `keys`. `previous` holds the keys, as written, of the
+// last line added, and becomes this line's.
+void note_keys(const std::vector<JsonMember>& members, std::vector<std::string_view>& previous,
+               ColumnNames& keys) {
+  const bool same =
+      members.size() == previous.size() &&
+      std::equal(members.begin(), members.end(), previous.begin(),
+                 [](const JsonMember& member, std::string_view key) { return member.key == key; });
+  if (same || keys.more) return;
+  previous.clear();
+  for (const auto& member : members) {
+    previous.push_back(member.key);
+    keys.add(decoded_key(member.key));
+  }
+}
+
 // Note [Parsing a manifest on every core]
 // Read line by line on one thread, a JSONL manifest of 1,000,000 captions took 3.8 s on the GPU
 // machine, a quarter of the whole text job, nearly all of it parsing each line's JSON and
@@ -571,6 +587,7 @@ struct ManifestBlock {
     std::exception_ptr error;
   };
   std::vector<Parsed> parsed;
+  ColumnNames keys;  // the keys its lines have (Note [The keys of a JSONL manifest])
 };
 
 // Reads `in` in blocks of whole lines of about kBlockBytes; a longer line makes a block alone.
@@ -652,7 +669,8 @@ size_t estimated_lines(const ManifestBlock& first, int64_t bytes) {
 
 std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::path& base,
                                     const std::string& name,
-                                    const std::vector<std::string>& keep_columns) {
+                                    const std::vector<std::string>& keep_columns,
+                                    InputColumns* columns) {
   SampleCollector samples(name, /*by_line=*/true);
   samples.keep(keep_columns);
   const auto seen = std::make_unique<std::atomic<bool>[]>(keep_columns.size());
@@ -665,6 +683,7 @@ std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::pat
   std::vector<std::unique_ptr<ManifestBlock>> blocks;
   std::vector<ManifestBlock*> free_blocks;
   std::mutex blocks_mutex;
+  ColumnNames keys;  // of every line, merged block by block
   // Blocks in flight: enough to keep every core parsing while the adding catches up.
   const auto tokens = static_cast<size_t>(4 * std::max(1, tbb::this_task_arena::max_concurrency()));
   tbb::parallel_pipeline(
@@ -695,6 +714,8 @@ std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::pat
               tbb::filter_mode::parallel,
               [&](ManifestBlock* block) {
                 std::vector<JsonMember> members;
+                std::vector<std::string_view> previous_keys;
+                block->keys.clear();
                 block->parsed.resize(block->lines.size());
                 for (size_t i = 0; i < block->lines.size(); ++i) {
                   auto& parsed = block->parsed[i];
@@ -706,6 +727,7 @@ std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::pat
                     if (parsed.spec) {
                       samples.check(*parsed.spec);
                       parsed.id_hash = IdTable::hash(parsed.spec->id);
+                      note_keys(members, previous_keys, block->keys);
                     }
                   } catch (...) {
                     parsed.spec.reset();
@@ -720,6 +742,10 @@ std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::pat
                   if (parsed.error) std::rethrow_exception(parsed.error);
                   if (parsed.spec) samples.add_checked(std::move(*parsed.spec), parsed.id_hash);
                 }
+                if (!keys.more) {
+                  for (auto& key : block->keys.names) keys.add(std::move(key));
+                  keys.more = keys.more || block->keys.more;
+                }
                 const std::lock_guard lock(blocks_mutex);
                 free_blocks.push_back(block);
               }));
@@ -728,6 +754,12 @@ std::vector<SampleSpec> parse_jsonl(std::istream& in, const std::filesystem::pat
              printable(keep_columns[k]),
              "' that output.keep_columns names; check its spelling (keys are case-sensitive), "
              "or leave it out of output.keep_columns");
+  }
+  if (columns != nullptr) {
+    columns->layout = InputLayout::kJsonl;
+    columns->name = name;
+    columns->names = std::move(keys.names);
+    columns->more_names = keys.more;
   }
   return samples.take();
 }
@@ -790,7 +822,8 @@ bool read_record(std::istream& in, char delim, std::vector<std::string>& fields,
 std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
                                         const std::filesystem::path& base,
                                         const std::string& name,
-                                        const std::vector<std::string>& keep_columns) {
+                                        const std::vector<std::string>& keep_columns,
+                                        InputColumns* columns) {
   std::vector<std::string> fields;
   int64_t line_no = 0;
   PC_CHECK(read_record(in, delim, fields, line_no, name), InputError, name,
@@ -824,6 +857,11 @@ std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
              "', which output.keep_columns names; the header has ", fields.size(),
              " column(s): check the spelling, or leave it out of output.keep_columns");
     kept_cols.push_back(*col);
+  }
+  if (columns != nullptr) {
+    columns->layout = InputLayout::kDelimited;
+    columns->name = name;
+    columns->names = fields;
   }
 
   SampleCollector samples(name, /*by_line=*/true);
@@ -954,36 +992,41 @@ ManifestFormat manifest_format_for(const std::filesystem::path& file) {
 std::vector<SampleSpec> parse_manifest(std::istream& in, ManifestFormat format,
                                        const std::filesystem::path& base_dir,
                                        const std::string& name,
-                                       const std::vector<std::string>& keep_columns) {
+                                       const std::vector<std::string>& keep_columns,
+                                       InputColumns* columns) {
   switch (format) {
     case ManifestFormat::kJsonl:
-      return parse_jsonl(in, base_dir, name, keep_columns);
+      return parse_jsonl(in, base_dir, name, keep_columns, columns);
     case ManifestFormat::kCsv:
-      return parse_delimited(in, ',', base_dir, name, keep_columns);
+      return parse_delimited(in, ',', base_dir, name, keep_columns, columns);
     case ManifestFormat::kTsv:
-      return parse_delimited(in, '\t', base_dir, name, keep_columns);
+      return parse_delimited(in, '\t', base_dir, name, keep_columns, columns);
   }
   PC_ASSERT(false, "unknown manifest format");
 }
 
 std::vector<SampleSpec> read_manifest(const std::filesystem::path& file,
-                                      const std::vector<std::string>& keep_columns) {
+                                      const std::vector<std::string>& keep_columns,
+                                      InputColumns* columns) {
   const auto format = manifest_format_for(file);
   PC_CHECK(std::filesystem::is_regular_file(file), InputError, "manifest ", file,
            " does not exist or is not a file; check input.manifest or --input");
   std::ifstream in(file, std::ios::binary);
   PC_CHECK(in.good(), InputError, "cannot read manifest ", file, ": check its permissions");
   auto base = std::filesystem::absolute(file).parent_path();
-  return parse_manifest(in, format, base, "manifest " + file.string(), keep_columns);
+  return parse_manifest(in, format, base, "manifest " + file.string(), keep_columns, columns);
 }
 
-std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder) {
+std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder, InputColumns* columns) {
   PC_CHECK(std::filesystem::is_directory(folder), InputError, "input folder ", folder,
            " does not exist or is not a folder; check input.folder or --input");
   struct Entry {
     std::optional<std::filesystem::path> video, audio, caption;
   };
   std::map<std::string, Entry> by_id;  // sorted by id = relative path without extension
+  InputColumns found;
+  found.layout = InputLayout::kFolder;
+  found.name = "input folder " + folder.string();
   const auto take = [&](std::optional<std::filesystem::path>& slot, const std::string& id,
                         const std::filesystem::path& file) {
     PC_CHECK(!slot, InputError, "input folder ", folder, ": ", *slot, " and ", file,
@@ -1005,6 +1048,9 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder) {
     if (kind == MediaKind::kVideo) take(entry.video, id, file);
     if (kind == MediaKind::kAudio) take(entry.audio, id, file);
     if (kind == MediaKind::kCaption) take(entry.caption, id, file);
+    ++(kind == MediaKind::kVideo   ? found.video_files
+       : kind == MediaKind::kAudio ? found.audio_files
+                                   : found.caption_files);
   }
   SampleCollector samples("input folder " + folder.string(), /*by_line=*/false);
   int64_t file_no = 0;
@@ -1026,22 +1072,25 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder) {
     spdlog::warn("input folder {}: {} .txt file(s) have no video or audio file of the same name "
                  "and were ignored", folder.string(), orphan_captions);
   }
+  found.lone_captions = orphan_captions;
+  if (columns != nullptr) *columns = std::move(found);
   return samples.take();
 }
 
 std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
                                    const std::filesystem::path& folder,
-                                   const std::vector<std::string>& keep_columns) {
+                                   const std::vector<std::string>& keep_columns,
+                                   InputColumns* columns) {
   if (manifest.empty()) {
     PC_ASSERT(keep_columns.empty(), "kept columns of a folder input (validate() refuses them)");
-    auto samples = scan_folder(folder);
+    auto samples = scan_folder(folder, columns);
     PC_CHECK(!samples.empty(), InputError, "input folder ", folder,
              " holds no video or audio file, so there is nothing to embed; add media files "
              "(video: ", extensions_of(MediaKind::kVideo), "; audio: ",
              extensions_of(MediaKind::kAudio), ") or check input.folder / --input");
     return samples;
   }
-  auto samples = read_manifest(manifest, keep_columns);
+  auto samples = read_manifest(manifest, keep_columns, columns);
   PC_CHECK(!samples.empty(), InputError, "manifest ", manifest,
            " holds no samples (it is empty, or has only blank lines or a header), so there is "
            "nothing to embed; add one line per sample, or check input.manifest / --input");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipeline/core/sample.hpp"
+#include "pipeline/input/input_columns.hpp"
 
 namespace precompute {
 
@@ -26,28 +27,34 @@ ManifestFormat manifest_format_for(const std::filesystem::path& file);
 // with no input, or a duplicate id (naming both lines). `keep_columns` (output.keep_columns)
 // fills each sample's `columns` (Note [Kept columns] in manifest.cpp), a JSONL value that is not
 // a string as the line writes it: a column the manifest lacks, or a value with a NUL or bytes
-// that are not UTF-8, is an InputError too.
+// that are not UTF-8, is an InputError too. `columns`, when given, gets the manifest's columns.
 std::vector<SampleSpec> read_manifest(const std::filesystem::path& file,
-                                      const std::vector<std::string>& keep_columns = {});
+                                      const std::vector<std::string>& keep_columns = {},
+                                      InputColumns* columns = nullptr);
 
 // The same from a stream; `name` is used in messages, `base_dir` resolves relative paths.
 std::vector<SampleSpec> parse_manifest(std::istream& in, ManifestFormat format,
                                        const std::filesystem::path& base_dir,
                                        const std::string& name,
-                                       const std::vector<std::string>& keep_columns = {});
+                                       const std::vector<std::string>& keep_columns = {},
+                                       InputColumns* columns = nullptr);
 
 // Folder mode: every video or audio file under `folder` (recursively, sorted by relative path)
 // is a sample whose id is its relative path without extension; a video and an audio file with
 // the same id form one sample; a sidecar ID.txt holds the caption. Links to folders are followed,
 // each folder entered once (by device and inode); a link loop, or an entry that cannot be
 // stat'ed, is skipped with a warning. Throws InputError when two files of the same kind share an
-// id, when a media file's name is not valid UTF-8, or when a folder cannot be listed.
-std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder);
+// id, when a media file's name is not valid UTF-8, or when a folder cannot be listed. `columns`,
+// when given, gets the files found by kind.
+std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder,
+                                    InputColumns* columns = nullptr);
 
 // Either of the above, as the config's input section says; an input with no sample at all is
-// refused (InputError), so that every caller stops before any work.
+// refused (InputError), so that every caller stops before any work. `columns`, when given, gets
+// what the input has (check_input_columns() judges a config by it).
 std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
                                    const std::filesystem::path& folder,
-                                   const std::vector<std::string>& keep_columns = {});
+                                   const std::vector<std::string>& keep_columns = {},
+                                   InputColumns* columns = nullptr);
 
 }  // namespace precompute

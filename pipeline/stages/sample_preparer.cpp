@@ -259,7 +259,9 @@ void prepare_one(const SampleSpec& spec, Modality m, PreparedSample& out, Fn&& f
 }
 
 bool has_configured_input(const SampleSpec& spec, bool video, bool audio, bool text) {
-  return (video && spec.video) || (audio && (spec.audio || spec.video)) || (text && spec.text);
+  return (video && gives_input(spec, Modality::kVideo)) ||
+         (audio && gives_input(spec, Modality::kAudio)) ||
+         (text && gives_input(spec, Modality::kText));
 }
 
 // What the line gives, for the no_input message.

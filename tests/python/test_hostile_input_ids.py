@@ -185,6 +185,7 @@ def test_a_link_loop_in_an_input_folder_is_skipped(binary, probes, minilm_folder
     folder = tmp_path / "media"
     (folder / "sub").mkdir(parents=True)
     colour_clip(folder / "sub" / "x.mp4", ["lime"])
+    (folder / "sub" / "x.txt").write_text("a green clip\n")  # the config's text section reads it
     (folder / "sub" / "loop").symlink_to(folder)
     (folder / "self.mp4").symlink_to("self.mp4")
     config = with_video(text_config(probes, minilm_folder, tmp_path / "unused.jsonl",

@@ -598,6 +598,59 @@ TEST(ManifestTest, ReadInputRefusesAnEmptyInput) {
   EXPECT_NE(f.find(".mp4"), std::string::npos) << f;
 }
 
+// Note [The keys of a JSONL manifest]: the keys of every line, decoded, in the order first seen,
+// across the blocks the reader parses on several threads.
+TEST(ManifestTest, JsonlGivesTheKeysItsLinesHave) {
+  std::string text = "{\"id\": \"a\", \"vid\": \"a.mp4\", \"text\": \"x\"}\n\n";
+  text += "{\"text\": \"y\", \"id\": \"b\", \"\\u006cabel\": 1}\n";
+  for (int i = 0; i < 40000; ++i) {  // past the reader's first block
+    text += "{\"id\": \"n" + std::to_string(i) + "\", \"text\": \"words words words\"}\n";
+  }
+  text += "{\"id\": \"last\", \"text\": \"z\", \"label\": 2, \"late\": null}\n";
+  std::istringstream in(text);
+  InputColumns columns;
+  const auto s = parse_manifest(in, ManifestFormat::kJsonl, "/data", "m", {}, &columns);
+  EXPECT_EQ(s.size(), 40003u);
+  EXPECT_EQ(columns.layout, InputLayout::kJsonl);
+  EXPECT_EQ(columns.name, "m");
+  EXPECT_EQ(columns.names, (std::vector<std::string>{"id", "vid", "text", "label", "late"}));
+  EXPECT_FALSE(columns.more_names);
+}
+
+TEST(ManifestTest, JsonlKeysAreCappedWhenKeysAreData) {
+  std::string text;
+  for (size_t i = 0; i < kMaxColumnNames + 50; ++i) {
+    text += "{\"id\": \"n" + std::to_string(i) + "\", \"k" + std::to_string(i) +
+            "\": 1, \"text\": \"x\"}\n";
+  }
+  std::istringstream in(text);
+  InputColumns columns;
+  parse_manifest(in, ManifestFormat::kJsonl, "/data", "m", {}, &columns);
+  EXPECT_EQ(columns.names.size(), kMaxColumnNames);
+  EXPECT_EQ(columns.names[1], "k0");
+  EXPECT_TRUE(columns.more_names);
+}
+
+TEST(ManifestTest, DelimitedGivesItsHeaderAndFolderModeItsFiles) {
+  std::istringstream in("\xEF\xBB\xBFid,Video,caption\na,a.mp4,x\n");
+  InputColumns columns;
+  parse_manifest(in, ManifestFormat::kCsv, "/data", "m", {}, &columns);
+  EXPECT_EQ(columns.layout, InputLayout::kDelimited);
+  EXPECT_EQ(columns.names, (std::vector<std::string>{"id", "Video", "caption"}));
+
+  testing::TempDir dir;
+  for (const char* name : {"a.mp4", "b.mp4", "c.wav", "a.txt", "orphan.txt", "x.bin"}) {
+    std::ofstream(dir / name) << "x";
+  }
+  InputColumns files;
+  scan_folder(dir.path(), &files);
+  EXPECT_EQ(files.layout, InputLayout::kFolder);
+  EXPECT_EQ(files.video_files, 2);
+  EXPECT_EQ(files.audio_files, 1);
+  EXPECT_EQ(files.caption_files, 2);
+  EXPECT_EQ(files.lone_captions, 1);
+}
+
 TEST(ManifestTest, ReadManifestFromFile) {
   testing::TempDir dir;
   std::ofstream(dir / "m.jsonl") << "{\"id\": \"a\", \"video\": \"v/a.mp4\"}\n";

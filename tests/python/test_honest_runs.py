@@ -1,0 +1,189 @@
+"""A run that cannot do what its config asks says so: through the real CLI, a configured modality
+that no line of the input can feed is refused before the output is touched (exit 65, naming the
+column it reads and listing the columns the input has), and columns nothing reads are named in
+one warning."""
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+from conftest import colour_clip, ffmpeg, file_sha256, read_output, write_manifest
+from test_distributed import clean_env
+
+
+def av_clip(path: Path) -> None:
+    """A one-second clip with a video and an audio track."""
+    ffmpeg("-f", "lavfi", "-i", "testsrc2=s=64x48:r=25:d=1", "-f", "lavfi", "-i",
+           "sine=frequency=440:sample_rate=16000:duration=1", "-c:v", "libx264", "-preset",
+           "ultrafast", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(path))
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("honest media")
+    for name, colour in [("red", "red"), ("blue", "blue"), ("green", "lime")]:
+        colour_clip(root / f"{name}.mp4", [colour])
+    for i in range(3):  # the failing probe refuses white frames: every one of these fails
+        colour_clip(root / f"white{i}.mp4", ["white"])
+    av_clip(root / "av.mp4")
+    return root
+
+
+def config_for(probes: Path, minilm: Path, manifest: Path, out: Path, *modalities: str,
+               video_encoder: str = "video_probe.pt") -> dict:
+    sections = {
+        "video": {"encoder": {"path": str(probes / video_encoder)}, "sampling": {"fps": 1},
+                  "size": 32},
+        "audio": {"encoder": {"path": str(probes / "audio_probe.pt")}, "sample_rate": 16000},
+        "text": {"encoder": {"path": str(probes / "text_pooled_probe.pt")}, "pooling": "model",
+                 "tokenizer": {"vocab": str(minilm / "vocab.txt")}},
+    }
+    config = {"input": {"manifest": str(manifest)},
+              "output": {"path": str(out), "shard_size": 2},
+              "run": {"decode_threads": 2}}
+    for m in modalities:
+        config[m] = sections[m]
+    return config
+
+
+def run(binary: Path, folder: Path, config: dict, *flags: str,
+        expect: Optional[int] = 0) -> subprocess.CompletedProcess:
+    path = folder / "config.yaml"
+    path.write_text(json.dumps(config, indent=1))
+    cmd = [str(binary), "run", "--config", str(path), "--progress-interval", "0", *flags]
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       env=clean_env(), timeout=300)
+    if expect is not None:
+        assert r.returncode == expect, f"exit {r.returncode}, expected {expect}\n{r.stderr[-4000:]}"
+    return r
+
+
+def tree(folder: Path):
+    return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".precompute.lock"}
+
+
+def warnings(stderr: str) -> List[str]:
+    return [line for line in stderr.splitlines() if "[warning]" in line]
+
+
+# --------------------------------------------------------------------------------------------
+# 1. A modality that no line can feed is refused before any work
+
+
+@pytest.mark.parametrize("fmt,misspelled,modality", [
+    ("jsonl", "vid", "video"), ("jsonl", "caption", "text"),
+    ("csv", "caption", "text"), ("tsv", "Vid", "video")])
+def test_a_misspelled_column_is_refused_naming_it_and_the_columns_there(
+        binary, probes, minilm_folder, media, tmp_path, fmt, misspelled, modality):
+    rows = [{"id": f"s{i}", "video": str(media / "red.mp4"), "text": f"caption {i}"}
+            for i in range(3)]
+    for row in rows:
+        row[misspelled] = row.pop(modality)
+    columns = list(rows[0])
+    if fmt == "jsonl":
+        manifest = write_manifest(tmp_path / "m.jsonl", rows)
+    else:
+        manifest = tmp_path / f"m.{fmt}"
+        with open(manifest, "w", newline="") as f:
+            writer = csv.writer(f, delimiter="," if fmt == "csv" else "\t")
+            writer.writerow(columns)
+            writer.writerows([[row[c] for c in columns] for row in rows])
+    out = tmp_path / "out"
+    config = config_for(probes, minilm_folder, manifest, out, "video", "text")
+    r = run(binary, tmp_path, config, expect=65)
+    error = r.stderr.strip().splitlines()[-1]
+    word = "key" if fmt == "jsonl" else "column"
+    assert f"the {modality} section" in error and f"'{modality}' {word}" in error, error
+    listed = ", ".join(f"'{c}'" for c in columns)
+    assert listed in error, error
+    assert f"remove the {modality} section" in error, error
+    assert not out.exists(), "a refused run created its output folder"
+
+    # Before the output is touched: an earlier output survives, with --overwrite and as a rank.
+    good = config_for(probes, minilm_folder, write_manifest(tmp_path / "good.jsonl", [
+        {"id": "g", "video": str(media / "red.mp4"), "text": "a red clip"}]), out, "video", "text")
+    run(binary, tmp_path, good)
+    before = tree(out)
+    for flags in [(), ("--overwrite",), ("--rank", "1", "--world-size", "2")]:
+        r = run(binary, tmp_path, config, *flags, expect=65)
+        assert listed in r.stderr, (flags, r.stderr[-2000:])
+        assert tree(out) == before, flags
+    assert not (out / "ranks").exists()
+
+
+def test_a_column_that_is_empty_on_every_line_is_refused(binary, probes, minilm_folder, media,
+                                                         tmp_path):
+    manifest = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "a", "video": None, "text": "one"},
+        {"id": "b", "video": "", "text": "two"}])
+    r = run(binary, tmp_path, config_for(probes, minilm_folder, manifest, tmp_path / "out",
+                                         "video", "text"), expect=65)
+    error = r.stderr.strip().splitlines()[-1]
+    assert "'video' key" in error and "the key is there, but null or empty on every line" in error
+    assert "'id', 'video', 'text'" in error, error
+
+
+def test_a_folder_without_captions_is_refused_under_a_text_section(binary, probes, minilm_folder,
+                                                                    media, tmp_path):
+    folder = tmp_path / "media"
+    folder.mkdir()
+    for name in ("red", "blue"):
+        (folder / f"{name}.mp4").write_bytes((media / f"{name}.mp4").read_bytes())
+    (folder / "notes.txt").write_text("a caption beside no media\n")
+    config = config_for(probes, minilm_folder, tmp_path / "unused.jsonl", tmp_path / "out",
+                        "video", "text")
+    del config["input"]["manifest"]
+    config["input"]["folder"] = str(folder)
+    r = run(binary, tmp_path, config, expect=65)
+    error = r.stderr.strip().splitlines()[-1]
+    assert "the text section" in error and "NAME.txt" in error, error
+    assert "2 video file(s), 0 audio file(s) and 1 caption file(s)" in error, error
+    assert not (tmp_path / "out").exists()
+    # The captions added: it runs, and nothing is said to be unused.
+    for name in ("red", "blue"):
+        (folder / f"{name}.txt").write_text(f"a {name} clip\n")
+    (folder / "notes.txt").unlink()
+    r = run(binary, tmp_path, config)
+    assert not [w for w in warnings(r.stderr) if "not used" in w], warnings(r.stderr)
+
+
+def test_audio_comes_from_the_video_column(binary, probes, minilm_folder, media, tmp_path):
+    """An audio section with no 'audio' column is fed by the video files' tracks."""
+    manifest = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "a", "video": str(media / "av.mp4"), "text": "a test pattern with a tone"},
+        {"id": "b", "video": str(media / "av.mp4"), "text": "the same again"}])
+    r = run(binary, tmp_path, config_for(probes, minilm_folder, manifest, tmp_path / "out",
+                                         "audio", "text"))
+    assert not [w for w in warnings(r.stderr) if "not used" in w], warnings(r.stderr)
+    output = read_output(tmp_path / "out")
+    assert all("audio" in output.samples[i] for i in ("a", "b"))
+
+
+def test_columns_nothing_reads_are_named_in_one_warning(binary, probes, minilm_folder, media,
+                                                        tmp_path):
+    manifest = tmp_path / "m.csv"
+    with open(manifest, "w", newline="", encoding="utf-8", errors="surrogateescape") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "video", "audio", "text", "label",
+                         b"caf\xe9".decode("utf-8", "surrogateescape")])
+        writer.writerow(["a", str(media / "av.mp4"), str(media / "av.mp4"), "one", "cat", "x"])
+        writer.writerow(["b", str(media / "red.mp4"), "", "two", "dog", "y"])
+    config = config_for(probes, minilm_folder, manifest, tmp_path / "out", "video", "text")
+    r = run(binary, tmp_path, config)
+    unused = [w for w in warnings(r.stderr) if "not used" in w]
+    assert len(unused) == 1, warnings(r.stderr)
+    assert "'audio' (the config has no audio section)" in unused[0], unused[0]
+    assert "'label'" in unused[0] and "'caf\\xE9'" in unused[0], unused[0]
+    assert "'video'" not in unused[0] and "'text'" not in unused[0], unused[0]
+    # A kept column is read; so is 'video' by an audio section.
+    config = config_for(probes, minilm_folder, manifest, tmp_path / "out2", "audio", "text")
+    config["output"]["keep_columns"] = ["label"]
+    r = run(binary, tmp_path, config)
+    unused = [w for w in warnings(r.stderr) if "not used" in w]
+    assert len(unused) == 1 and "'label'" not in unused[0] and "'video'" not in unused[0], unused
+    assert "'caf\\xE9'" in unused[0], unused[0]
