@@ -44,6 +44,15 @@
 
 namespace precompute {
 
+// Note [The default failure limit]
+// Failed samples are part of the data (a few broken files, clips without a sound track), so a
+// run that records them succeeds. A run where most samples failed has a systematic fault
+// instead (a wrong path prefix, an encoder that rejects what it is sent, a config made for
+// another dataset), and exit 0 would let a scheduler go on as if its output were usable. So by
+// default a run exits 3 when more than half of its samples have failure records
+// (run.max_failures: 50%), counted over the whole output as the limit always is; a count,
+// another percentage or -1 (no limit) is the user's to set. A modality that embeds nothing fails
+// the run under any limit (Note [A modality that embeds nothing] in empty_modalities.cpp).
 bool RunSummary::over_failure_limit(const RunSection& run) const {
   if (run.max_failures >= 0 && output_failed_samples > run.max_failures) return true;
   if (run.max_failure_fraction >= 0 && total_samples > 0 &&
@@ -703,6 +712,9 @@ RunSummary run_and_report(const Config& config, const RunContext& context, const
     const Executed executed = execute(config, input, calibrated, *planned, stats, metrics);
     RunSummary summary = with_rank(summarise(
         config, calibrated, span, planned->plan.committed_samples, executed, stats, run_started));
+    // Note [A modality that embeds nothing]: judged over the output's span, as the limit is.
+    summary.empty_modalities =
+        find_empty_modalities(config, input.samples, span, config.output.path, executed.index);
     // The shards this run wrote: their records are counted already.
     std::set<std::string> earlier, written;
     for (const auto& entry : planned->index.shards) earlier.insert(entry.file);

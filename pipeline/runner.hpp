@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "encoders/encoder.hpp"
+#include "pipeline/empty_modalities.hpp"
 #include "pipeline/stages/encode_stage.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/partition.hpp"
@@ -92,6 +93,9 @@ struct RunSummary {
   // True when the output's failed samples (earlier runs' included) exceed run.max_failures /
   // max_failure_fraction of the input.
   bool over_failure_limit(const RunSection& run) const;
+  // Configured modalities that had inputs and embedded none: each fails the run, whatever the
+  // failure limit (Note [A modality that embeds nothing] in pipeline/empty_modalities.cpp).
+  std::vector<EmptyModality> empty_modalities;
 };
 
 // What the command around a run tells it (tools/cli/run_command.cpp).

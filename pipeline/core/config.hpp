@@ -338,14 +338,15 @@ struct OutputSection {
           .flag("--torch-threads", "LibTorch CPU threads (0: cores)"))                          \
   KEY(int, max_in_flight, 0, "samples between source and writer; 0: automatic",                 \
       Spec().range(count(0, 1e6).noted("0: automatic")).in_record())                            \
+  /* Note [The default failure limit] in pipeline/runner.cpp: 50%, as a fraction.      */       \
   KEY(int64_t, max_failures, -1,                                                                \
-      "failed samples allowed before exit code 3; -1: no limit (or a percentage, held in "      \
-      "max_failure_fraction)",                                                                  \
+      "failed samples allowed before exit code 3: a count, -1 for no limit, or a percentage "   \
+      "(held in max_failure_fraction; the default, 50%)",                                       \
       Spec().in_record().reads(read_max_failures).writes(write_max_failures)                    \
-          .flag("--max-failures", "Failed samples allowed before exit code 3: a count, or a "   \
-                                  "percentage like 1%")                                         \
+          .flag("--max-failures", "Failed samples allowed before exit code 3: a count, a "      \
+                                  "percentage like 1%, or -1 for no limit (default: 50%)")      \
           .applies(apply_max_failures_flag))                                                    \
-  MEMBER(double, max_failure_fraction, -1.0, "max_failures as a fraction of all samples; -1: none")\
+  MEMBER(double, max_failure_fraction, 0.5, "max_failures as a fraction of all samples; -1: none")\
   /* An interval under a millisecond is a flood of lines, not progress. */                      \
   KEY(double, progress_interval_s, 2.0, "seconds between progress lines; 0: none",              \
       Spec().range(number(0.001, kDay).zero_means("no progress lines")                          \

@@ -1,7 +1,9 @@
 """A run that cannot do what its config asks says so: through the real CLI, a configured modality
 that no line of the input can feed is refused before the output is touched (exit 65, naming the
-column it reads and listing the columns the input has), and columns nothing reads are named in
-one warning."""
+column it reads and listing the columns the input has), columns nothing reads are named in one
+warning, a modality that had inputs and embedded none fails the run (exit 3, whatever
+--max-failures says, its most common failure category and an example in the last lines), and
+failed samples past the default limit (more than half of them) exit 3 too."""
 
 import csv
 import json
@@ -187,3 +189,87 @@ def test_columns_nothing_reads_are_named_in_one_warning(binary, probes, minilm_f
     unused = [w for w in warnings(r.stderr) if "not used" in w]
     assert len(unused) == 1 and "'label'" not in unused[0] and "'video'" not in unused[0], unused
     assert "'caf\\xE9'" in unused[0], unused[0]
+
+
+# --------------------------------------------------------------------------------------------
+# 2. A modality that had inputs and embedded none fails the run
+
+
+def white_and_captions(media: Path, n: int = 3) -> List[dict]:
+    return [{"id": f"w{i}", "video": str(media / f"white{i}.mp4"), "text": f"a white clip {i}"}
+            for i in range(n)]
+
+
+def assert_names_the_empty_modality(stderr: str, modality: str, category: str, example: str):
+    last = stderr.strip().splitlines()[-1]
+    assert f"{modality}: none of the" in last and "was embedded" in last, last
+    assert f"most common failure: {category}" in last, last
+    assert example in last, last
+    assert "embedded nothing" in stderr.strip().splitlines()[-2], stderr[-2000:]
+
+
+@pytest.mark.parametrize("limit", [None, "-1", "100%", "1000"])
+def test_an_encoder_that_fails_on_every_sample_fails_the_run(binary, probes, minilm_folder,
+                                                             media, tmp_path, limit):
+    manifest = write_manifest(tmp_path / "m.jsonl", white_and_captions(media))
+    config = config_for(probes, minilm_folder, manifest, tmp_path / "out", "video", "text",
+                        video_encoder="failing_probe.pt")
+    flags = ("--max-failures", limit) if limit else ()
+    r = run(binary, tmp_path, config, *flags, expect=3)
+    assert_names_the_empty_modality(r.stderr, "video", "encode_error", "refuses white frames")
+    output = read_output(tmp_path / "out")  # the output is whole all the same
+    assert all("text" in output.samples[f"w{i}"] for i in range(3))
+    assert {(f["modality"], f["category"]) for f in output.failures} == {
+        ("video", "encode_error")}
+    # The whole output is judged: a rerun that has nothing to do says the same.
+    r = run(binary, tmp_path, config, *flags, expect=3)
+    assert "0 to process" in r.stderr
+    assert_names_the_empty_modality(r.stderr, "video", "encode_error", "refuses white frames")
+
+
+def test_a_resume_counts_the_embeddings_of_earlier_shards(binary, probes, minilm_folder, media,
+                                                          tmp_path):
+    good = [{"id": c, "video": str(media / f"{c}.mp4"), "text": f"a {c} clip"}
+            for c in ("red", "blue", "green")]
+    manifest = write_manifest(tmp_path / "m.jsonl", good)
+    config = config_for(probes, minilm_folder, manifest, tmp_path / "out", "video", "text",
+                        video_encoder="failing_probe.pt")
+    run(binary, tmp_path, config)
+    write_manifest(manifest, good + white_and_captions(media, 2))  # lines appended
+    r = run(binary, tmp_path, config)
+    assert "to process" in r.stderr and "embedded nothing" not in r.stderr
+
+
+def test_each_rank_judges_its_own_part(binary, probes, minilm_folder, media, tmp_path):
+    """Rank 0 (positions 0, 1) has good clips, rank 1 (2, 3) white ones, rank 2 (4, 5) none."""
+    entries = [{"id": c, "video": str(media / f"{c}.mp4"), "text": c} for c in ("red", "blue")]
+    entries += white_and_captions(media, 2)
+    entries += [{"id": "t0", "text": "text only"}, {"id": "t1", "text": "text only too"}]
+    manifest = write_manifest(tmp_path / "m.jsonl", entries)
+    config = config_for(probes, minilm_folder, manifest, tmp_path / "out", "video", "text",
+                        video_encoder="failing_probe.pt")
+    split = ("--world-size", "3", "--max-failures", "-1")
+    run(binary, tmp_path, config, "--rank", "0", *split)
+    r = run(binary, tmp_path, config, "--rank", "1", *split, expect=3)
+    assert_names_the_empty_modality(r.stderr, "video", "encode_error", "refuses white frames")
+    run(binary, tmp_path, config, "--rank", "2", *split)  # no video input in its part: fine
+
+
+# --------------------------------------------------------------------------------------------
+# The default failure limit: more than half of the samples
+
+
+def test_more_than_half_failing_exits_3_by_default(binary, probes, minilm_folder, media,
+                                                   tmp_path):
+    entries = [{"id": "ok", "video": str(media / "red.mp4"), "text": "a red clip"}]
+    entries += [{"id": f"gone{i}", "video": str(media / f"gone{i}.mp4"), "text": "lost"}
+                for i in range(2)]
+    manifest = write_manifest(tmp_path / "m.jsonl", entries)
+    config = config_for(probes, minilm_folder, manifest, tmp_path / "out", "video", "text")
+    r = run(binary, tmp_path, config, expect=3)
+    assert "2 of 3 samples failed, over the limit" in r.stderr, r.stderr[-2000:]
+    assert "embedded nothing" not in r.stderr
+    run(binary, tmp_path, config, "--max-failures", "-1")
+    # Half is within it.
+    write_manifest(manifest, entries + [{"id": "ok2", "video": str(media / "blue.mp4")}])
+    run(binary, tmp_path, config, "--overwrite")

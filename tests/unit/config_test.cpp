@@ -206,8 +206,12 @@ TEST(ConfigTest, OverridesWinOverTheFile) {
 
 TEST(ConfigTest, MaxFailuresAcceptsCountsAndPercentages) {
   RunSection run;
+  // The default: more than half (Note [The default failure limit] in pipeline/runner.cpp).
+  EXPECT_EQ(run.max_failures, -1);
+  EXPECT_DOUBLE_EQ(run.max_failure_fraction, 0.5);
   parse_max_failures("-1", run);
   EXPECT_EQ(run.max_failures, -1);
+  EXPECT_LT(run.max_failure_fraction, 0);  // no limit at all
   parse_max_failures("10%", run);
   EXPECT_DOUBLE_EQ(run.max_failure_fraction, 0.1);
   EXPECT_THROW(parse_max_failures("ten", run), ConfigError);

@@ -6,7 +6,8 @@ namespace precompute {
 inline constexpr int kExitOk = 0;                 // done; failures within the limit
 inline constexpr int kExitVerifyIncomplete = 1;   // verify: sound, but not every sample is there
 inline constexpr int kExitUsage = 2;              // bad flags, config or model: fix and rerun
-inline constexpr int kExitTooManyFailures = 3;    // done, but failures exceed --max-failures
+inline constexpr int kExitTooManyFailures = 3;    // done, but failures exceed --max-failures,
+                                                  // or a modality with inputs embedded none
 inline constexpr int kExitInvalidInput = 65;      // the manifest or input folder is invalid, or
                                                   // feeds no sample to a configured modality
 inline constexpr int kExitInternal = 70;          // a bug in precompute

@@ -20,6 +20,7 @@
 #include "pipeline/core/partition.hpp"
 #include "pipeline/core/pause_clock.hpp"
 #include "pipeline/core/stop_request.hpp"
+#include "pipeline/empty_modalities.hpp"
 #include "pipeline/report_files.hpp"
 #include "pipeline/runner.hpp"
 #include "pipeline/summary_file.hpp"
@@ -55,13 +56,23 @@ void merge_if_last(const std::filesystem::path& output, const Partition& partiti
   }
 }
 
-// The exit code of a run that ended without an error (`error` null) or with one.
+// run.max_failures as a message shows it: "5", "50%".
+std::string failure_limit(const RunSection& run) {
+  return run.max_failure_fraction >= 0 ? fmt::format("{:g}%", 100 * run.max_failure_fraction)
+                                       : std::to_string(run.max_failures);
+}
+
+// The exit code of a run that ended without an error (`error` null) or with one: 3 when failed
+// samples exceed the limit, or a modality embedded nothing (Note [A modality that embeds
+// nothing]).
 int run_exit_code(const RunSummary& summary, const std::exception* error, const RunSection& run) {
   if (error != nullptr) {
     const auto* e = dynamic_cast<const Error*>(error);
     return e != nullptr ? exit_code_for(*e) : kExitInternal;
   }
-  return summary.over_failure_limit(run) ? kExitTooManyFailures : kExitOk;
+  return summary.over_failure_limit(run) || !summary.empty_modalities.empty()
+             ? kExitTooManyFailures
+             : kExitOk;
 }
 
 // A summary at run.summary_json for an end the run did not report itself (Note [Reporting a
@@ -174,10 +185,22 @@ int run_configured(Config& config, const PartitionFlags& partition_flags,
   }
   spdlog::info("done: {}", format_summary(summary));
   if (partition.split()) merge_if_last(config.output.path, partition);
-  if (summary.exit_code == kExitTooManyFailures) {
-    spdlog::error("{} of {} samples failed, over the limit (--max-failures); see "
-                  "`precompute inspect {}` for the failure records",
-                  summary.output_failed_samples, summary.total_samples, summary.output.string());
+  if (summary.exit_code == kExitTooManyFailures && summary.over_failure_limit(config.run)) {
+    spdlog::error("{} of {} samples failed, over the limit of {} (--max-failures, "
+                  "run.max_failures; by default more than half); see `precompute inspect {}` "
+                  "for the failure records",
+                  summary.output_failed_samples, summary.total_samples,
+                  failure_limit(config.run), summary.output.string());
+  }
+  // Last, so that the log ends with the cause (Note [A modality that embeds nothing]).
+  if (summary.exit_code == kExitTooManyFailures && !summary.empty_modalities.empty()) {
+    spdlog::error("{} configured modality(ies) embedded nothing, which fails the run whatever "
+                  "--max-failures says (exit 3); `precompute inspect {}` lists every failure "
+                  "record",
+                  summary.empty_modalities.size(), summary.output.string());
+    for (const auto& empty : summary.empty_modalities) {
+      spdlog::error("{}", describe_empty_modality(empty));
+    }
   }
   return summary.exit_code;
 }
