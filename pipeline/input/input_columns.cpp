@@ -104,8 +104,8 @@ std::string present_but_empty(const InputColumns& c, Modality m) {
   if (c.layout == InputLayout::kFolder || !has_column(c, modality_name(m))) return {};
   if (m == Modality::kAudio) {
     return c.layout == InputLayout::kJsonl
-               ? " (the 'audio' key is there, but null or empty on every line, as 'video' is)"
-               : " (the 'audio' column is there, but empty on every line, as 'video' is)";
+               ? " (the 'audio' key is there, but null or empty on every line)"
+               : " (the 'audio' column is there, but empty on every line)";
   }
   return c.layout == InputLayout::kJsonl
              ? " (the key is there, but null or empty on every line)"

@@ -556,6 +556,21 @@ std::optional<SampleSpec> parse_jsonl_line(std::string_view line, int64_t line_n
     spec.audio = resolve(*a, base);
   }
   spec.text = json_string(obj, "text", name, line_no);
+  if (!spec.video && !spec.audio && !spec.text && !spec.id.empty()) {
+    // SampleCollector::check() refuses such a line too; here the message can list the line's
+    // keys, where a misspelled one ('vid', 'caption') shows at a glance.
+    constexpr size_t kKeysShown = 24;
+    std::string keys;
+    for (size_t i = 0; i < members.size() && i < kKeysShown; ++i) {
+      keys += fmt::format("{}'{}'", i == 0 ? "" : ", ", printable(decoded_key(members[i].key)));
+    }
+    if (members.size() > kKeysShown) {
+      keys += fmt::format(" and {} more", members.size() - kKeysShown);
+    }
+    PC_THROW(InputError, name, " line ", line_no, ": sample '", printable(spec.id),
+             "' has none of 'video', 'audio', 'text' (a null value or an empty path gives none); "
+             "the line has the keys ", keys, ": give at least one (keys are case-sensitive)");
+  }
   spec.columns.reserve(keep_columns.size());
   for (size_t k = 0; k < keep_columns.size(); ++k) {
     const auto it = obj.find(keep_columns[k]);
@@ -848,8 +863,14 @@ std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
   const auto video_col = find("video");
   const auto audio_col = find("audio");
   const auto text_col = find("text");
-  PC_CHECK(video_col || audio_col || text_col, InputError, name,
-           " line 1: no 'video', 'audio' or 'text' column; name at least one in the header");
+  if (!video_col && !audio_col && !text_col) {
+    std::string names;  // a misspelled column ('vid', 'caption') shows among them
+    for (const auto& field : fields) {
+      names += fmt::format("{}'{}'", names.empty() ? "" : ", ", printable(field));
+    }
+    PC_THROW(InputError, name, " line 1: no 'video', 'audio' or 'text' column (the header names ",
+             names, "; matched ignoring case); name at least one in the header");
+  }
   std::vector<size_t> kept_cols;
   for (const auto& kept : keep_columns) {
     const auto col = find(lower(kept).c_str());

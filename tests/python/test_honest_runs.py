@@ -118,6 +118,18 @@ def test_a_misspelled_column_is_refused_naming_it_and_the_columns_there(
     assert not (out / "ranks").exists()
 
 
+def test_a_line_whose_every_input_key_is_misspelled_lists_its_keys(binary, probes, minilm_folder,
+                                                                   media, tmp_path):
+    manifest = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "a", "vid": str(media / "red.mp4"), "caption": "a red clip", "label": "cat"}])
+    r = run(binary, tmp_path, config_for(probes, minilm_folder, manifest, tmp_path / "out",
+                                         "video", "text"), expect=65)
+    error = r.stderr.strip().splitlines()[-1]
+    assert "line 1: sample 'a' has none of 'video', 'audio', 'text'" in error, error
+    assert "the line has the keys 'id', 'vid', 'caption', 'label'" in error, error
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_column_that_is_empty_on_every_line_is_refused(binary, probes, minilm_folder, media,
                                                          tmp_path):
     manifest = write_manifest(tmp_path / "m.jsonl", [

@@ -617,6 +617,24 @@ TEST(ManifestTest, JsonlGivesTheKeysItsLinesHave) {
   EXPECT_FALSE(columns.more_names);
 }
 
+TEST(ManifestTest, AJsonlLineWithoutInputListsItsKeys) {
+  const auto error =
+      error_of("{\"id\": \"a\", \"text\": \"x\"}\n"
+               "{\"id\": \"b\", \"vid\": \"b.mp4\", \"Text\": \"y\", \"video\": null}\n",
+               ManifestFormat::kJsonl);
+  EXPECT_NE(error.find("m line 2: sample 'b' has none of 'video', 'audio', 'text'"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("the line has the keys 'id', 'vid', 'Text', 'video'"), std::string::npos)
+      << error;
+}
+
+TEST(ManifestTest, AHeaderWithoutAnInputColumnIsListed) {
+  const auto error = error_of("id,vid,caption\na,a.mp4,x\n", ManifestFormat::kCsv);
+  EXPECT_NE(error.find("m line 1: no 'video', 'audio' or 'text' column (the header names 'id', "
+                       "'vid', 'caption'; matched ignoring case)"),
+            std::string::npos) << error;
+}
+
 TEST(ManifestTest, JsonlKeysAreCappedWhenKeysAreData) {
   std::string text;
   for (size_t i = 0; i < kMaxColumnNames + 50; ++i) {
