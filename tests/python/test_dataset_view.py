@@ -199,9 +199,9 @@ def test_view_is_rebuilt_on_resume_and_removed_by_overwrite(made, binary, probes
 
 def test_a_view_that_cannot_be_written_is_a_warning(made, binary, probes, minilm_folder,
                                                     tmp_path):
-    """A resumed run's rename of the view fails (strace fault injection on its third rename:
-    the write probe, index.json, then the view): the run goes on and ends as it would have; the
-    shards and index are whole, and the next run writes the view again."""
+    """A resumed run's rename of the view fails (strace fault injection on the rename that a
+    traced run of the same command shows is the view's): the run goes on and ends as it would
+    have; the shards and index are whole, and the next run writes the view again."""
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
     first, _, root = made
@@ -210,16 +210,24 @@ def test_a_view_that_cannot_be_written_is_a_warning(made, binary, probes, minilm
                               [json.loads(l) for l in (root / "m.jsonl").read_text().splitlines()][:5])
     config = config_for(manifest, out, probes, minilm_folder)
     run_precompute(binary, tmp_path, config)
-    config_path = tmp_path / "config.yaml"
-    r = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=rename",
-                        "-e", "inject=rename:error=EIO:when=3",
-                        str(binary), "run", "--config", str(config_path), "--progress-interval",
-                        "0"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    command = [str(binary), "run", "--config", str(tmp_path / "config.yaml"),
+               "--progress-interval", "0", "--no-supervisor"]
+
+    def traced(*options):
+        (out / VIEW).unlink()  # a resume writes a view that is missing
+        return subprocess.run(["strace", "-f", "-qq", "-e", "trace=rename", *options, *command],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=600)
+    trace = tmp_path / "renames.txt"
+    r = traced("-o", str(trace))
     if "PTRACE" in r.stderr or "Operation not permitted" in r.stderr[:300]:
         pytest.skip(f"strace cannot trace here: {r.stderr.strip()[-300:]}")
+    renames = [line for line in trace.read_text().splitlines() if "rename(" in line]
+    nth = next(i for i, line in enumerate(renames, 1) if f'"{out / VIEW}"' in line)
+    r = traced("-o", "/dev/null", "-e", f"inject=rename:error=EIO:when={nth}")
     assert "could not write the one-file view" in r.stderr, r.stderr[-3000:]
     assert r.returncode == 0, r.stderr[-3000:]
+    assert not (out / VIEW).exists()
     assert len(json.loads((out / "index.json").read_text())["shards"]) == 3
     assert concatenated_shards(out)["ids"].tolist() == concatenated_shards(first)["ids"].tolist()
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp-")]
