@@ -524,7 +524,7 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
 }
 
 // Note [How busy the decoders were]
-// A video job is bound by its decoders (docs/benchmarks.md, "Video on the GPU machine"), so the
+// A video job is bound by its decoders (docs/benchmarks.md, "Video"), so the
 // summary says how busy they kept while the graph ran: the time files spent on NVDEC sessions
 // as a share of sessions x the graph's wall time, and the time in CPU video decodes divided by
 // it, the CPU decodes running at once on average (at most the decode threads). Sessions near

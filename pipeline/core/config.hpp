@@ -173,10 +173,7 @@ struct EncoderSection {
 // Seek: the same frames either way, so not part of the fingerprint. Decoder: NVDEC's frames
 // differ from the CPU's within a bound (Note [Converting NVDEC pictures on the GPU]), as one GPU's
 // arithmetic differs from another's, and under auto which files go where is up to timing: like
-// the device, not part of the fingerprint. Its default is cpu: through FFmpeg's hwaccel, NVDEC
-// decodes far slower than the CPU decoders on the reference machine (3 clips/s against 97;
-// docs/benchmarks.md, "NVDEC"), and under auto its sessions hold files the CPU would finish
-// sooner.
+// the device, not part of the fingerprint.
 #define PRECOMPUTE_VIDEO_KEYS(KEY, MEMBER, ROW)                                                 \
   KEY(double, fps, 0.0, "sample this many frames per second of video, or ...",                  \
       Spec().key("sampling.fps").no_default().unset_when_zero()                                 \

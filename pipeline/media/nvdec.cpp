@@ -331,9 +331,9 @@ void NvdecSession::to_rgb(const GpuRgbParams&, uint8_t*) {
 
 // Note [Opening and closing sessions side by side]
 // A CUDA context, and at the end a session's kept NVDEC decoder, take a while to make and to
-// destroy, mostly waiting on the driver: one after the other, 7 sessions in contexts of their
-// own added about 1.4 s to a run on an H200 (the whole process against the run's own clock,
-// docs/benchmarks.md, "NVDEC beside the CPU decoders"). So the pool opens each GPU's context on
+// destroy, mostly waiting on the driver: one after the other, a GPU's sessions add over a second
+// to every run's start and end (docs/history/benchmarks-2026-11-12.md, "NVDEC beside the CPU
+// decoders"). So the pool opens each GPU's context on
 // a thread of its own, then each session, and closes the sessions so too. The first error, in
 // GPU order for the contexts and in session order for the sessions, is the one reported.
 NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
