@@ -241,8 +241,9 @@ SampleWatchdog::SampleWatchdog(InflightJournal& journal, std::chrono::nanosecond
       const auto overdue = journal_->flag_overdue(limit_);
       if (overdue.empty()) continue;
       spdlog::error("sample at input position {} has been prepared for over {:.0f} s "
-                    "(run.sample_timeout_s); a decoder is stuck. The process exits for its "
-                    "supervisor to restart it without that sample",
+                    "(run.sample_timeout_s); a decoder is stuck. The process exits (75) for its "
+                    "supervisor to restart it without that sample; run with --no-supervisor, "
+                    "rerun without that flag to resume",
                     overdue.front(), std::chrono::duration<double>(limit_).count());
       spdlog::default_logger()->flush();
       ::_exit(75);

@@ -1178,6 +1178,40 @@ def test_decoder_hang_is_bounded_by_the_watchdog(precompute, oracle, dataset, tm
     assert_media_failed(out, oracle, dataset, "c11", "timeout")
 
 
+def test_without_the_supervisor_a_stuck_decoder_exits_75_and_a_rerun_resumes(
+        precompute, oracle, dataset, tmp_path):
+    """The same hang under --no-supervisor: nothing restarts the run, so the watchdog's exit is
+    the run's, 75 (README, "Exit codes": rerun to resume), in bounded time and saying what to do.
+    The rerun the message asks for (supervised) finishes the output, c11 recorded 'timeout'."""
+    config = dataset.variant(tmp_path, "timeout", lambda c: c["run"].update(sample_timeout_s=1))
+    out = tmp_path / "out"
+    hang = {"PRECOMPUTE_TEST_DECODER_FAULT": "hang:v11.mp4"}
+    r = precompute.run(out, "--no-supervisor", "--max-failures", "10", config=config,
+                       timeout=120, env=hang, expect=75)
+    assert r.seconds < 60, f"took {r.seconds:.0f} s"
+    assert "a decoder is stuck" in r.stderr
+    assert "rerun without that flag to resume" in r.stderr
+    r = precompute.run(out, "--max-failures", "10", config=config, timeout=120, env=hang)
+    assert "its watchdog ended it" in r.stderr
+    assert_media_failed(out, oracle, dataset, "c11", "timeout")
+
+
+def test_a_run_that_dies_with_no_sample_to_blame_gives_up_with_70(precompute, oracle, dataset,
+                                                                   tmp_path):
+    """A child killed before its first commit every time (SIGKILL, as the OOM killer does: no
+    sample is blamed) makes no progress: after run.max_restarts restarts the supervisor gives up
+    with 70 (README, "Exit codes") instead of looping, and says to rerun. The rerun without the
+    fault finishes the output as a clean run does."""
+    config = dataset.variant(tmp_path, "restarts", lambda c: c["run"].update(max_restarts=1))
+    out = tmp_path / "out"
+    r = precompute.run(out, config=config, timeout=240, expect=70,
+                       env={"PRECOMPUTE_CRASH_AT": "shard-before-rename@1"})
+    assert "the run died 2 times in a row" in r.stderr and "giving up" in r.stderr, r.stderr
+    assert "Rerun the same command to resume" in r.stderr
+    precompute.run(out, config=config)
+    assert_same_output(out, oracle.snap, dataset.ids)
+
+
 def assert_failed_once(out: Path, oracle: Oracle, dataset: Dataset, sample_id: str,
                        expected: Dict[str, str]) -> None:
     """`out` holds the oracle's output, except that `sample_id` has exactly the failure records
