@@ -8,7 +8,7 @@
 
 #include "encoders/embedding_output.hpp"
 #include "encoders/torch_encoder.hpp"
-#include "encoders/torchscript_model.hpp"
+#include "encoders/encoder_model.hpp"
 #include "pipeline/core/config_bounds.hpp"
 #include "pipeline/core/error.hpp"
 
@@ -36,10 +36,10 @@ class AudioEncoder final : public TorchEncoder {
  public:
   AudioEncoder(const AudioSection& section, const std::string& device, const ModelHash& hash)
       : TorchEncoder(Modality::kAudio, section, device, hash.get()),
-        model_(section.encoder.path, device_, section.dtype, audio_use(section)),
+        model_(load_encoder_model(section.encoder, device_, section.dtype, audio_use(section))),
         section_(section) {
-    PC_CHECK(model_.num_inputs() == 1 || model_.num_inputs() == 2, ModelError, "audio model ",
-             info_.model_file, " takes ", model_.num_inputs(),
+    PC_CHECK(model_->num_inputs() == 1 || model_->num_inputs() == 2, ModelError, "audio model ",
+             info_.model_file, " takes ", model_->num_inputs(),
              " inputs; it must take (waveform) or (waveform, lengths)");
     PreparedSample dummy;
     dummy.audio.emplace();
@@ -71,8 +71,8 @@ class AudioEncoder final : public TorchEncoder {
   }
 
  protected:
-  std::vector<at::Tensor> weights() const override { return model_.weights(); }
-  at::ScalarType compute_dtype() const override { return model_.dtype(); }
+  std::vector<at::Tensor> weights() const override { return model_->weights(); }
+  at::ScalarType compute_dtype() const override { return model_->dtype(); }
 
  private:
   std::vector<SampleEmbedding> run_equal_length(const std::vector<PreparedSamplePtr>& batch,
@@ -95,12 +95,12 @@ class AudioEncoder final : public TorchEncoder {
       std::memcpy(len, a.valid_samples.data(), a.valid_samples.size() * sizeof(int64_t));
       len += a.valid_samples.size();
     }
-    std::vector<c10::IValue> inputs;
-    inputs.emplace_back(waves.to(device_, /*non_blocking=*/true).to(model_.dtype()));
-    if (model_.num_inputs() == 2) {
+    std::vector<at::Tensor> inputs;
+    inputs.emplace_back(waves.to(device_, /*non_blocking=*/true).to(model_->dtype()));
+    if (model_->num_inputs() == 2) {
       inputs.emplace_back(lengths.to(device_, /*non_blocking=*/true));
     }
-    const auto y = model_.forward(std::move(inputs));
+    const auto y = model_->forward(std::move(inputs));
     PC_CHECK(y.dim() == 2 && y.size(0) == total, ModelError, "audio model ", info_.model_file,
              " returned shape ", y.sizes(), " for input [", total, ", ", window_samples,
              "]; it must return [N, D], one vector per window");
@@ -114,7 +114,7 @@ class AudioEncoder final : public TorchEncoder {
     return out;
   }
 
-  TorchScriptModel model_;
+  std::unique_ptr<EncoderModel> model_;
   AudioSection section_;
 };
 

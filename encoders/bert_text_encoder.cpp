@@ -12,7 +12,7 @@
 #include "encoders/bert/text_settings.hpp"
 #include "encoders/embedding_output.hpp"
 #include "encoders/torch_encoder.hpp"
-#include "encoders/torchscript_model.hpp"
+#include "encoders/encoder_model.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/logging.hpp"
 

@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "encoders/torchscript_model.hpp"
+#include "encoders/encoder_model.hpp"
 #include "pipeline/core/logging.hpp"
 
 namespace precompute {

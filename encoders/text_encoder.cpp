@@ -65,7 +65,7 @@ class TextEncoder final : public TorchEncoder {
       }
     }
     const auto device = device_;
-    std::vector<c10::IValue> inputs;
+    std::vector<at::Tensor> inputs;
     const auto ids_dev = ids.to(device, /*non_blocking=*/true);
     const auto mask_dev = mask.to(device, /*non_blocking=*/true);
     inputs.emplace_back(ids_dev);

@@ -8,18 +8,6 @@
 
 namespace precompute {
 
-at::ScalarType to_scalar_type(ComputeDtype dtype) {
-  switch (dtype) {
-    case ComputeDtype::kFloat32:
-      return at::kFloat;
-    case ComputeDtype::kFloat16:
-      return at::kHalf;
-    case ComputeDtype::kBFloat16:
-      return at::kBFloat16;
-  }
-  PC_ASSERT(false, "unknown dtype");
-}
-
 TorchScriptModel::TorchScriptModel(const std::filesystem::path& file, const c10::Device& device,
                                    ComputeDtype dtype, ModelUse use)
     : file_(file), device_(device), dtype_(to_scalar_type(dtype)), use_(std::move(use)) {
@@ -50,21 +38,23 @@ TorchScriptModel::TorchScriptModel(const std::filesystem::path& file, const c10:
 // taking an element would be a guess: the vectors stored would be whatever came first, and
 // nothing would say so. It is refused instead, at the warm-up pass, before any output is
 // written, with what it returned and the one-line fix (return the tensor to store).
-at::Tensor TorchScriptModel::forward(std::vector<c10::IValue> inputs) {
+at::Tensor TorchScriptModel::forward(std::vector<at::Tensor> tensors) {
   // The inputs' shapes for a message, described only when one is needed.
-  const std::vector<c10::IValue> given = inputs;
+  const std::vector<c10::IValue> given(tensors.begin(), tensors.end());
+  std::vector<c10::IValue> inputs(std::make_move_iterator(tensors.begin()),
+                                  std::make_move_iterator(tensors.end()));
   c10::IValue output;
   try {
     output = module_.forward(std::move(inputs));
   } catch (const c10::OutOfMemoryError&) {
     throw;  // TorchEncoder::encode releases cached memory; the encode stage splits the batch
   } catch (const c10::Error& e) {
-    throw_failure(given, e.what_without_backtrace());
+    throw_model_failure(file_, use_, device_, describe_values(given), e.what_without_backtrace());
   } catch (const std::exception& e) {
     // A `raise` inside TorchScript arrives as torch::jit::JITException, a std::runtime_error;
     // so does an allocator failure deep inside a traced module (seen on an H200: ResNet-50
     // under a 650 MiB budget), which must reach the out-of-memory recovery, not be a model error.
-    throw_failure(given, e.what());
+    throw_model_failure(file_, use_, device_, describe_values(given), e.what());
   }
   if (output.isTensor()) return output.toTensor();
   std::string returned = output.tagKind();
@@ -80,24 +70,6 @@ at::Tensor TorchScriptModel::forward(std::vector<c10::IValue> inputs) {
            "return the tensor to store (for example `return out[0]`, or "
            "`outputs.last_hidden_state` for a Hugging Face model), then save the model again "
            "with torch.jit.save");
-}
-
-void TorchScriptModel::throw_failure(const std::vector<c10::IValue>& inputs,
-                                     const std::string& what) const {
-  const std::string given = describe_values(inputs);
-  // The interpreter may rethrow an allocator failure as a plain error: the encode stage's
-  // out-of-memory recovery must see it as one, not as a broken model.
-  TORCH_CHECK_WITH(OutOfMemoryError, what.find("out of memory") == std::string::npos, what);
-  if (log_enabled(LogLevel::kDebug)) {
-    log_message(LogLevel::kDebug,
-                detail::concat(modality_name(use_.modality), " model ", file_,
-                               " failed on input ", given, "; its traceback:\n", what));
-  }
-  PC_THROW(ModelError, modality_name(use_.modality), " model ", file_, " failed on ",
-           device_.str(), ": ", model_message_line(what), ". It was given ", given,
-           ", shaped by ", use_.input_keys,
-           ": make the model take this input, or change those keys (its traceback: --log-level "
-           "debug)");
 }
 
 std::vector<at::Tensor> TorchScriptModel::weights() const {

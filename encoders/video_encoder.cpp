@@ -6,7 +6,7 @@
 
 #include "encoders/embedding_output.hpp"
 #include "encoders/torch_encoder.hpp"
-#include "encoders/torchscript_model.hpp"
+#include "encoders/encoder_model.hpp"
 #include "pipeline/core/error.hpp"
 
 namespace precompute {
@@ -37,7 +37,7 @@ class VideoEncoder final : public TorchEncoder {
  public:
   VideoEncoder(const VideoSection& section, const std::string& device, const ModelHash& hash)
       : TorchEncoder(Modality::kVideo, section, device, hash.get()),
-        model_(section.encoder.path, device_, section.dtype, video_use(section)),
+        model_(load_encoder_model(section.encoder, device_, section.dtype, video_use(section))),
         section_(section) {
     const auto options = at::TensorOptions().dtype(at::kFloat).device(device_);
     mean_ = at::tensor(at::ArrayRef<float>(section.mean.data(), 3), at::kFloat)
@@ -86,12 +86,12 @@ class VideoEncoder final : public TorchEncoder {
                  .div_(255.0)
                  .sub_(mean_)
                  .div_(std_)
-                 .to(model_.dtype())
+                 .to(model_->dtype())
                  .contiguous();
 
     std::vector<SampleEmbedding> out;
     if (section_.layout == VideoLayout::kFrames) {
-      const auto y = model_.forward({x});
+      const auto y = model_->forward({x});
       PC_CHECK(y.dim() == 2 && y.size(0) == total, ModelError, "video model ",
                info_.model_file, " returned shape ", y.sizes(), " for input [", total, ", 3, ",
                h, ", ", w, "]; with layout: frames it must return [N, D], one vector per frame");
@@ -103,7 +103,7 @@ class VideoEncoder final : public TorchEncoder {
       for (auto c : counts) {
         PC_ASSERT(c == t, "layout clips needs equal frame counts in a batch");
       }
-      const auto y = model_.forward({x.view({b, t, 3, h, w})});
+      const auto y = model_->forward({x.view({b, t, 3, h, w})});
       if (section_.pooling_mode() == Pooling::kModel) {
         PC_CHECK(y.dim() == 2 && y.size(0) == b, ModelError, "video model ", info_.model_file,
                  " returned shape ", y.sizes(), " for [", b, ", ", t,
@@ -127,11 +127,11 @@ class VideoEncoder final : public TorchEncoder {
   }
 
  protected:
-  std::vector<at::Tensor> weights() const override { return model_.weights(); }
-  at::ScalarType compute_dtype() const override { return model_.dtype(); }
+  std::vector<at::Tensor> weights() const override { return model_->weights(); }
+  at::ScalarType compute_dtype() const override { return model_->dtype(); }
 
  private:
-  TorchScriptModel model_;
+  std::unique_ptr<EncoderModel> model_;
   VideoSection section_;
   at::Tensor mean_;
   at::Tensor std_;

@@ -17,7 +17,15 @@ std::string_view compute_dtype_name(ComputeDtype d) {
 }
 
 std::string_view encoder_type_name(EncoderType t) {
-  return t == EncoderType::kBert ? "bert" : "torchscript";
+  switch (t) {
+    case EncoderType::kBert:
+      return "bert";
+    case EncoderType::kPt2:
+      return "pt2";
+    case EncoderType::kTorchScript:
+      break;
+  }
+  return "torchscript";
 }
 
 std::string_view storage_dtype_name(StorageDtype d) {

@@ -67,6 +67,7 @@ enum class VideoDecoderKind {
 enum class EncoderType {
   kTorchScript,  // a torch.jit.save'd file
   kBert,         // a Hugging Face BERT folder (text only)
+  kPt2,          // an AOTInductor package (torch.export + aoti_compile_and_package; video, audio)
 };
 
 std::string_view compute_dtype_name(ComputeDtype d);
@@ -135,7 +136,7 @@ using Float3 = std::array<float, 3>;
 // The model behind one encoder: keys encoder.type and encoder.path of every modality's section.
 #define PRECOMPUTE_ENCODER_SPEC_KEYS(KEY, MEMBER, ROW)                                          \
   KEY(EncoderType, type, EncoderType::kTorchScript,                                             \
-      "torchscript (a file), or bert (a Hugging Face folder; text only)",                         \
+      "torchscript (a file), pt2 (an AOTInductor package; the default for a .pt2 file), or bert (a Hugging Face folder; text only)",                         \
       Spec().key("encoder.type").in_fingerprint())                                              \
   KEY(std::filesystem::path, path, {}, "resolved against the config file's folder",             \
       Spec().key("encoder.path").no_default().in_record().required("the encoder's model file"))

@@ -113,8 +113,9 @@ EncoderType read_encoder_type(const ConfigField& f, const YamlNode& n) {
   const bool text_section = section == "text";
   if (text == "torchscript") return EncoderType::kTorchScript;
   if (text == "bert" && text_section) return EncoderType::kBert;
+  if (text == "pt2" && !text_section) return EncoderType::kPt2;
   PC_THROW(ConfigError, "config key '", f.key, "' is '", text, "'; for ", section,
-           " use one of: ", text_section ? "torchscript, bert" : "torchscript");
+           " use one of: ", text_section ? "torchscript, bert" : "torchscript, pt2");
 }
 
 void check_device(const std::string& device, const std::string& key) {

@@ -38,6 +38,11 @@ void validate_encoder(const EncoderSection& s, const std::string& name,
              " is not a folder; type bert needs a Hugging Face model folder (config.json, "
              "model.safetensors, vocab.txt or tokenizer.json)");
   } else {
+    PC_CHECK(s.encoder.type != EncoderType::kTorchScript || name != "text" ||
+                 s.encoder.path.extension() != ".pt2",
+             ConfigError, "config key 'text.encoder.path': ", s.encoder.path,
+             " is an AOTInductor package; text encoders are TorchScript files or BERT folders "
+             "(type: bert), packages are for video and audio");
     PC_CHECK(std::filesystem::is_regular_file(s.encoder.path), ConfigError, "config key '", name,
              ".encoder.path': model file ", s.encoder.path,
              " does not exist; export it first (tools/scripts/export_encoders.py makes the "

@@ -156,6 +156,17 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
     enable_section(c, section);
     read_mapping(top.child(section), section + ".", base, c);
   }
+  // A .pt2 file is an AOTInductor package whatever the section: no type to restate, unless the
+  // section names one (then that one is loaded, and refuses a file it cannot read).
+  const auto pt2_unless_typed = [&](EncoderSection& s, const char* section) {
+    const YAML::Node encoder = root[section] ? root[section]["encoder"] : YAML::Node();
+    const bool typed = encoder && encoder.IsMap() && encoder["type"];
+    if (s.enabled && !typed && s.encoder.path.extension() == ".pt2") {
+      s.encoder.type = EncoderType::kPt2;
+    }
+  };
+  pt2_unless_typed(c.video, "video");
+  pt2_unless_typed(c.audio, "audio");
   return c;
 }
 

@@ -95,13 +95,14 @@ class RunResult:
 
 
 def run_precompute(binary: Path, tmp: Path, config: dict, *flags: str,
-                   expect: Optional[int] = 0) -> RunResult:
-    """Writes `config` (JSON is YAML) and runs `precompute run` on it."""
+                   expect: Optional[int] = 0, env: Optional[Dict[str, str]] = None) -> RunResult:
+    """Writes `config` (JSON is YAML) and runs `precompute run` on it, with `env` added to the
+    environment."""
     config_path = tmp / "config.yaml"
     config_path.write_text(json.dumps(config, indent=1))
     cmd = [str(binary), "run", "--config", str(config_path), "--progress-interval", "0", *flags]
     result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            timeout=600)
+                            timeout=600, env={**os.environ, **(env or {})})
     if expect is not None:
         assert result.returncode == expect, (
             f"exit {result.returncode}, expected {expect}\n{result.stderr[-4000:]}")

@@ -1,0 +1,230 @@
+#include "encoders/pt2_model.hpp"
+
+#include <dlfcn.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "encoders/model_failure_message.hpp"
+#include "pipeline/core/error.hpp"
+
+namespace precompute {
+namespace {
+
+// Note [A package declares its inputs]
+// An AOTInductor package runs whatever it is given: a 96x96 image into a model exported at
+// 112x112, fp16 into an fp32 model, and the output is wrong without a word (its own input checks,
+// AOTI_RUNTIME_CHECK_INPUTS=1, report only on stderr and refuse a batch of 1). So precompute runs
+// a package only when it says what it takes, and checks every call against that: the JSON
+//   {"inputs": [{"shape": [-1, 3, 224, 224], "dtype": "float32"}, ...]}
+// (-1: a dimension the export left dynamic), stored in the package itself under the metadata
+// key "precompute.encoder" (inductor_configs={"aot_inductor.metadata": {...}} at packaging, so
+// it cannot be separated from the code it describes), or, for a package made without it, in a
+// file beside it named like it plus ".json".
+constexpr const char* kMetadataKey = "precompute.encoder";
+constexpr const char* kDeviceKey = "AOTI_DEVICE_KEY";
+
+std::string sidecar_hint(const std::filesystem::path& file) {
+  return detail::concat(
+      "store what it takes in it (aot_inductor.metadata {\"", kMetadataKey,
+      "\": JSON}) or write ", file.string(), ".json: {\"inputs\": [{\"shape\": [-1, 3, 224, "
+      "224], \"dtype\": \"float32\"}]} (-1 for a dynamic dimension)");
+}
+
+at::ScalarType parse_dtype(const std::string& name, const std::filesystem::path& where) {
+  static const std::pair<const char*, at::ScalarType> kNames[] = {
+      {"float32", at::kFloat}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
+      {"int64", at::kLong},    {"int32", at::kInt},    {"uint8", at::kByte}};
+  for (const auto& [n, t] : kNames) {
+    if (name == n) return t;
+  }
+  PC_THROW(ModelError, where, ": input dtype '", name,
+           "' is not one of float32, float16, bfloat16, int64, int32, uint8");
+}
+
+std::vector<Pt2Input> parse_inputs(const std::string& text, const std::filesystem::path& where) {
+  std::vector<Pt2Input> inputs;
+  try {
+    const auto json = nlohmann::json::parse(text);
+    PC_CHECK(json.is_object() && json.contains("inputs") && json["inputs"].is_array() &&
+                 !json["inputs"].empty(),
+             ModelError, where, ": needs a non-empty \"inputs\" list");
+    for (const auto& item : json["inputs"]) {
+      PC_CHECK(item.is_object() && item.contains("shape") && item["shape"].is_array() &&
+                   item.contains("dtype") && item["dtype"].is_string(),
+               ModelError, where, ": each input needs \"shape\" (a list) and \"dtype\"");
+      Pt2Input input;
+      for (const auto& d : item["shape"]) {
+        PC_CHECK(d.is_number_integer() && d.get<int64_t>() >= -1 && d.get<int64_t>() != 0 &&
+                     d.get<int64_t>() <= (int64_t{1} << 40),
+                 ModelError, where, ": shape ", item["shape"].dump(),
+                 " holds ", d.dump(), "; each dimension is a positive size, or -1 (dynamic)");
+        input.shape.push_back(d.get<int64_t>());
+      }
+      PC_CHECK(!input.shape.empty(), ModelError, where, ": an input of shape [] (a scalar)");
+      input.dtype = parse_dtype(item["dtype"].get<std::string>(), where);
+      inputs.push_back(std::move(input));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    PC_THROW(ModelError, where, ": not valid JSON (", e.what(), ")");
+  }
+  return inputs;
+}
+
+// A package's compiled code names libtorch.so among its libraries, which precompute itself does not
+// need (the linker drops it), and a library opened at run time finds its own dependencies only on
+// the system's path or LD_LIBRARY_PATH, not on this binary's run path: opened here first, through
+// the run path, the package's reference resolves to the copy already loaded.
+void load_libtorch_for_packages() {
+  static const bool loaded = ::dlopen("libtorch.so", RTLD_NOW | RTLD_GLOBAL) != nullptr;
+  (void)loaded;  // when it fails, the package's own load fails and says what is missing
+}
+
+// Note [Unpacked packages]
+// LibTorch's loader unpacks a package (its compiled code, and weights as big as the model) into
+// a fresh folder /tmp/XXXXXX, whatever TMPDIR says, and removes it only when the model is
+// destroyed: a crash, a kill -9 or the OOM killer leaves a copy of the model in /tmp each time,
+// and a node that restarts precompute for weeks fills up. Once loaded, the package's code is
+// mapped into the process and its weights are in memory, so the folder is removed at once; the
+// mapped library is found in /proc/self/maps, which names exactly this process's folders.
+void remove_unpacked_folders() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const std::string marker = "/data/aotinductor/";
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos || line.find(" (deleted)") != std::string::npos) continue;
+    const std::filesystem::path mapped = line.substr(slash);
+    const auto at = mapped.string().find(marker);
+    if (at == std::string::npos) continue;
+    // /tmp/XXXXXX/<package>/data/aotinductor/<model>/<name>.so: the folder is two above "data".
+    const std::filesystem::path root =
+        std::filesystem::path(mapped.string().substr(0, at)).parent_path();
+    if (root.parent_path() != "/tmp" || root.filename().string().size() != 6) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
+}
+
+// LibTorch's text of an exception, without the C++ backtrace its errors carry.
+std::string error_text(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+std::string describe_shape(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::string describe_pt2_input(const Pt2Input& input) {
+  return describe_shape(input.shape) + " " + dtype_name(input.dtype);
+}
+
+Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
+                   ComputeDtype dtype, ModelUse use)
+    : file_(file), device_(device), dtype_(to_scalar_type(dtype)), use_(std::move(use)) {
+  const std::string what = detail::concat(modality_name(use_.modality), " model ", file.string());
+  std::unordered_map<std::string, std::string> metadata;
+  try {
+    metadata = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(),
+                                                                                    "model");
+  } catch (const std::exception& e) {
+    PC_THROW(ModelError, what, " is not an AOTInductor package with a model named 'model' (",
+             model_message_line(error_text(e)),
+             "); make one with torch._inductor.aoti_compile_and_package, or use a TorchScript "
+             "file (encoder.type: torchscript)");
+  }
+  // A package holds code for one kind of device: a CPU build cannot take device_index 0, a CUDA
+  // build cannot run on the CPU.
+  const auto compiled_for = metadata.count(kDeviceKey) ? metadata.at(kDeviceKey) : "";
+  const std::string wanted = device.is_cuda() ? "cuda" : "cpu";
+  PC_CHECK(compiled_for == wanted, ModelError, what, " was compiled for ",
+           compiled_for.empty() ? "an unknown device" : compiled_for, ", and ",
+           modality_name(use_.modality), " runs on ", device.str(),
+           ": export the package again for ", wanted, ", or set ",
+           modality_name(use_.modality), ".device (or run.device) to ", compiled_for);
+  if (const auto it = metadata.find(kMetadataKey); it != metadata.end()) {
+    inputs_ = parse_inputs(it->second, detail::concat(file.string(), " (metadata '",
+                                                      kMetadataKey, "')"));
+  } else {
+    const std::filesystem::path sidecar = file.string() + ".json";
+    std::ifstream in(sidecar);
+    PC_CHECK(in.good(), ModelError, what,
+             " does not say what input it takes, and a package runs a wrong-sized or "
+             "wrong-typed input silently: ",
+             sidecar_hint(file));
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    inputs_ = parse_inputs(text, sidecar);
+  }
+  PC_CHECK(at::isFloatingType(inputs_.front().dtype) && inputs_.front().dtype == dtype_,
+           ModelError, what, " takes ", describe_pt2_input(inputs_.front()), " and ",
+           modality_name(use_.modality), ".dtype is ", compute_dtype_name(dtype),
+           ": set ", modality_name(use_.modality), ".dtype to the package's, or export it "
+           "again in ", compute_dtype_name(dtype));
+  load_libtorch_for_packages();
+  try {
+    const c10::DeviceIndex index = device.is_cuda() ? (device.has_index() ? device.index() : 0)
+                                                    : static_cast<c10::DeviceIndex>(-1);
+    loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        file.string(), "model", /*run_single_threaded=*/false, /*num_runners=*/1, index);
+    remove_unpacked_folders();
+  } catch (const std::exception& e) {
+    PC_THROW(ModelError, "cannot load ", what, " onto ", device.str(), ": ",
+             model_message_line(error_text(e)));
+  }
+}
+
+Pt2Model::~Pt2Model() = default;
+
+at::Tensor Pt2Model::forward(std::vector<at::Tensor> inputs) {
+  const auto given = [&] {
+    return describe_values(std::vector<c10::IValue>(inputs.begin(), inputs.end()));
+  };
+  bool fits = inputs.size() == inputs_.size();
+  for (size_t i = 0; fits && i < inputs.size(); ++i) {
+    const auto& t = inputs[i];
+    const auto& want = inputs_[i];
+    fits = t.scalar_type() == want.dtype && t.dim() == static_cast<int64_t>(want.shape.size()) &&
+           t.device() == device_ && t.is_contiguous();
+    for (size_t d = 0; fits && d < want.shape.size(); ++d) {
+      fits = want.shape[d] == -1 || want.shape[d] == t.size(static_cast<int64_t>(d));
+    }
+  }
+  if (!fits) {
+    std::string declared;
+    for (const auto& in : inputs_) declared += (declared.empty() ? "" : ", ") + describe_pt2_input(in);
+    PC_THROW(ModelError, modality_name(use_.modality), " model ", file_, " takes ", declared,
+             " and was given ", given(), ", shaped by ", use_.input_keys,
+             " (a package checks nothing itself: this call was refused, not run): change those "
+             "keys, or export the package for this input");
+  }
+  std::vector<at::Tensor> outputs;
+  try {
+    outputs = loader_->run(inputs);
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // TorchEncoder::encode releases cached memory; the encode stage splits the batch
+  } catch (const std::exception& e) {
+    throw_model_failure(file_, use_, device_, given(), error_text(e));
+  }
+  PC_CHECK(outputs.size() == 1, ModelError, modality_name(use_.modality), " model ", file_,
+           " returned ", outputs.size(), " tensors (",
+           describe_values(std::vector<c10::IValue>(outputs.begin(), outputs.end())),
+           "); precompute stores one tensor per call: export a module whose forward returns "
+           "the tensor to store");
+  return std::move(outputs.front());
+}
+
+std::vector<at::Tensor> Pt2Model::weights() const {
+  std::vector<at::Tensor> all;
+  for (const auto& [name, tensor] : loader_->get_runner()->extract_constants_map(false)) {
+    all.push_back(tensor);
+  }
+  return all;
+}
+
+}  // namespace precompute

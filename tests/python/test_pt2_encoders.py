@@ -1,0 +1,183 @@
+"""AOTInductor `.pt2` encoders (python/precompute/export.py makes them): a package stores what its
+TorchScript twin stores, and everything that would embed silently wrong is refused at start-up
+with a message naming both sides and the fix: another input size or dtype than the package
+declares, a package that declares nothing, a package for another device, a file that is no
+package, a package under text. Packages are compiled here, on the CPU, from the demo encoders."""
+
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import colour_clip, read_output, run_precompute, sine_file, write_manifest
+
+SIZE = 48  # the frame size the video package is exported for
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    """video.pt2 / video.pt: the demo's frame encoder as a package (frames [-1, 3, 48, 48]) and
+    as TorchScript; audio.pt2 / audio.pt the same for the demo's audio encoder (1 s windows)."""
+    import torch
+    import export_encoders as demo
+    from precompute.export import InputSpec, package
+    root = tmp_path_factory.mktemp("pt2")
+    video, audio = demo.TinyFrameFeatures().eval(), demo.LogMelFeatures().eval()
+    package(video, [InputSpec((-1, 3, SIZE, SIZE))], root / "video.pt2")
+    torch.jit.save(torch.jit.script(video), str(root / "video.pt"))
+    package(audio, [InputSpec((-1, 16000)), InputSpec((-1,), "int64")], root / "audio.pt2")
+    torch.jit.save(torch.jit.script(audio), str(root / "audio.pt"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pt2 media")
+    rows = []
+    for i, colours in enumerate([["red", "blue"], ["green"], ["white", "black", "yellow"]]):
+        clip = root / f"c{i}.mp4"
+        colour_clip(clip, colours)
+        tone = root / f"t{i}.wav"
+        sine_file(tone, 220.0 * (i + 1), 2.5)
+        rows.append({"id": f"s{i}", "video": str(clip), "audio": str(tone)})
+    return write_manifest(root / "m.jsonl", rows)
+
+
+def config(manifest: Path, out: Path, video: Path = None, audio: Path = None, **video_keys):
+    c = {"input": {"manifest": str(manifest)}, "output": {"path": str(out)}}
+    if video is not None:
+        c["video"] = {"encoder": {"path": str(video)}, "sampling": {"fps": 2}, "size": SIZE,
+                      "pooling": "none", **video_keys}
+    if audio is not None:
+        c["audio"] = {"encoder": {"path": str(audio)}, "sample_rate": 16000, "window_s": 1.0,
+                      "pooling": "none"}
+    return c
+
+
+def rows(out: Path, modality: str) -> np.ndarray:
+    output = read_output(out)
+    return np.concatenate([output.samples[i][modality]["rows"] for i in sorted(output.samples)])
+
+
+def test_a_package_stores_what_its_torchscript_twin_stores(binary, models, manifest, tmp_path):
+    run_precompute(binary, tmp_path, config(manifest, tmp_path / "ts", models / "video.pt",
+                                            models / "audio.pt"))
+    r = run_precompute(binary, tmp_path, config(manifest, tmp_path / "pt2",
+                                                models / "video.pt2", models / "audio.pt2"))
+    assert "3 with embeddings (video 3, audio 3," in r.stderr, r.stderr[-2000:]
+    for modality in ("video", "audio"):
+        a, b = rows(tmp_path / "ts", modality), rows(tmp_path / "pt2", modality)
+        assert a.shape == b.shape and len(a) >= 6
+        cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        assert cos.min() >= 0.9999, f"{modality}: cosine {cos.min()}"
+    # The stored record names the format: a rerun with the TorchScript file is a changed model.
+    index = json.loads((tmp_path / "pt2" / "index.json").read_text())
+    assert '"pt2"' in json.dumps(index)
+
+
+def test_another_frame_size_than_the_package_takes_is_refused_naming_both(binary, models,
+                                                                          manifest, tmp_path):
+    out = tmp_path / "out"
+    c = config(manifest, out, models / "video.pt2")
+    c["video"]["size"] = 64
+    r = run_precompute(binary, tmp_path, c, expect=2)
+    assert f"takes [-1, 3, {SIZE}, {SIZE}] float32 and was given [1, 3, 64, 64] float32" \
+        in r.stderr, r.stderr[-2000:]
+    assert "video.size [64, 64]" in r.stderr and "this call was refused, not run" in r.stderr
+    assert not list(out.glob("*.h5")) and not (out / "index.json").exists(), \
+        "a refused start-up wrote an output"
+
+
+def test_another_dtype_than_the_package_takes_is_refused(binary, models, manifest, tmp_path):
+    c = config(manifest, tmp_path / "out", models / "video.pt2", dtype="bfloat16")
+    r = run_precompute(binary, tmp_path, c, expect=2)
+    assert f"takes [-1, 3, {SIZE}, {SIZE}] float32 and video.dtype is bfloat16" in r.stderr
+    assert "set video.dtype to the package's, or export it again in bfloat16" in r.stderr
+
+
+def without_declaration(package: Path, to: Path) -> Path:
+    """The package as a tool other than precompute's exporter writes it: no inputs declared."""
+    with zipfile.ZipFile(package) as src, zipfile.ZipFile(to, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename.endswith("wrapper_metadata.json"):
+                meta = json.loads(data)
+                assert "precompute.encoder" in meta
+                del meta["precompute.encoder"]
+                data = json.dumps(meta).encode()
+            dst.writestr(item, data)
+    return to
+
+
+def test_a_package_that_declares_no_inputs_is_refused_until_a_sidecar_says(binary, models,
+                                                                            manifest, tmp_path):
+    bare = without_declaration(models / "video.pt2", tmp_path / "bare.pt2")
+    r = run_precompute(binary, tmp_path, config(manifest, tmp_path / "out", bare), expect=2)
+    assert "does not say what input it takes" in r.stderr, r.stderr[-2000:]
+    assert f"{bare}.json" in r.stderr
+    # The sidecar the message asks for, written by hand: the run goes on, and matches.
+    Path(f"{bare}.json").write_text(json.dumps(
+        {"inputs": [{"shape": [-1, 3, SIZE, SIZE], "dtype": "float32"}]}))
+    run_precompute(binary, tmp_path, config(manifest, tmp_path / "out", bare))
+    run_precompute(binary, tmp_path, config(manifest, tmp_path / "ref", models / "video.pt2"))
+    assert np.array_equal(rows(tmp_path / "out", "video"), rows(tmp_path / "ref", "video"))
+    # A sidecar that is not what it must be: named, with what is wrong.
+    for text, says in [("{", "not valid JSON"), ('{"inputs": []}', 'non-empty "inputs"'),
+                       ('{"inputs": [{"shape": [-1, 0], "dtype": "float32"}]}', "holds 0"),
+                       ('{"inputs": [{"shape": [-1], "dtype": "complex64"}]}', "complex64")]:
+        Path(f"{bare}.json").write_text(text)
+        r = run_precompute(binary, tmp_path, config(manifest, tmp_path / "bad", bare), expect=2)
+        assert says in r.stderr and f"{bare}.json" in r.stderr, (text, r.stderr[-1500:])
+
+
+def test_a_file_that_is_no_package_is_refused(binary, models, manifest, tmp_path):
+    fake = tmp_path / "model.pt2"
+    shutil.copy(models / "video.pt", fake)  # a TorchScript archive under a package's name
+    r = run_precompute(binary, tmp_path, config(manifest, tmp_path / "out", fake), expect=2)
+    assert "is not an AOTInductor package" in r.stderr, r.stderr[-2000:]
+    assert "encoder.type: torchscript" in r.stderr
+    # Named as TorchScript, the same file loads as one.
+    c = config(manifest, tmp_path / "out", fake)
+    c["video"]["encoder"]["type"] = "torchscript"
+    run_precompute(binary, tmp_path, c)
+
+
+def test_a_package_for_the_cpu_is_refused_on_a_gpu_and_text_takes_none(binary, models, manifest,
+                                                                       tmp_path):
+    c = config(manifest, tmp_path / "out", models / "video.pt2")
+    c["video"]["device"] = "cuda"
+    r = run_precompute(binary, tmp_path, c, expect=None)
+    assert r.returncode == 2, r.stderr[-2000:]
+    # Without a GPU the device is refused first; with one, the package names its device.
+    assert "was compiled for cpu, and video runs on cuda" in r.stderr or "cuda" in r.stderr
+    c = config(manifest, tmp_path / "out")
+    c["text"] = {"encoder": {"path": str(models / "video.pt2")}}
+    r = run_precompute(binary, tmp_path, c, expect=2)
+    assert "text encoders are TorchScript files or BERT folders" in r.stderr, r.stderr[-2000:]
+    c["text"]["encoder"]["type"] = "pt2"
+    r = run_precompute(binary, tmp_path, c, expect=2)
+    assert "use one of: torchscript, bert" in r.stderr
+
+
+def unpacked_in_tmp() -> set:
+    """Folders in /tmp that hold an unpacked package (LibTorch's loader ignores TMPDIR)."""
+    return {p for p in Path("/tmp").iterdir()
+            if p.is_dir() and len(p.name) == 6 and any(p.glob("*/data/aotinductor"))}
+
+
+def test_unpacked_packages_leave_nothing_in_tmp_even_after_a_kill(binary, models, manifest,
+                                                                  tmp_path):
+    """The loader unpacks a package into /tmp: neither a finished run nor a run killed with -9
+    once its models are loaded leaves a copy there (Note [Unpacked packages])."""
+    before = unpacked_in_tmp()
+    c = config(manifest, tmp_path / "out", models / "video.pt2", models / "audio.pt2")
+    run_precompute(binary, tmp_path, c)
+    assert unpacked_in_tmp() - before == set()
+    r = run_precompute(binary, tmp_path, c, "--no-supervisor", "--overwrite", expect=None,
+                       env={"PRECOMPUTE_CRASH_AT": "shard-before-rename@1"})
+    assert r.returncode == -9, r.stderr[-2000:]
+    assert unpacked_in_tmp() - before == set()
