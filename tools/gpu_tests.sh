@@ -11,7 +11,8 @@
 #    allocator cap, NVDEC sessions) with PRECOMPUTE_REQUIRE_GPU=1, so that a missing device or
 #    model fails; bench-data/hevc_1080p, when carried, gives the NVDEC handover test its clip;
 # 4. runs tests/gpu/nvdec_parity.py on bench-data/parity (tools/bench/make_video_clips.sh parity)
-#    when that folder is there, else says it did not.
+#    when that folder is there, else says it did not;
+# 5. runs tests/gpu/pt2_parity.py on the same clips: .pt2 encoders compiled for cuda.
 # Logs in $OUT (default /tmp/out). Exit 1 when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -75,6 +76,13 @@ if [ -d bench-data/parity ]; then
 else
   echo "NOT RUN: no bench-data/parity (bash tools/bench/make_video_clips.sh parity)"
   status=1
+fi
+echo "==== .pt2 encoders on cuda ===="
+if [ -d bench-data/parity ]; then
+  "$python" tests/gpu/pt2_parity.py --binary build-gpu/tools/cli/precompute \
+    --clips bench-data/parity --work /tmp/pt2-parity > "$OUT/pt2_parity.log" 2>&1 || status=1
+  grep -v '"ok": true' "$OUT/pt2_parity.log" | tail -n 40
+  echo "pt2_parity: $(grep -c '"ok": true' "$OUT/pt2_parity.log") checks passed"
 fi
 echo "gpu_tests: exit $status in $((SECONDS - started)) s"
 exit $status
