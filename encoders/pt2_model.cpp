@@ -121,6 +121,15 @@ std::string describe_shape(at::IntArrayRef sizes) {
 
 }  // namespace
 
+std::optional<std::string> pt2_declaration(const std::filesystem::path& file) {
+  const auto metadata =
+      torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(), "model");
+  if (const auto it = metadata.find(kMetadataKey); it != metadata.end()) return it->second;
+  std::ifstream in(file.string() + ".json");
+  if (!in.good()) return std::nullopt;
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 std::string describe_pt2_input(const Pt2Input& input) {
   return describe_shape(input.shape) + " " + dtype_name(input.dtype);
 }

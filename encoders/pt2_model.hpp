@@ -4,6 +4,7 @@
 // run time. Note [A package declares its inputs] in pt2_model.cpp says what it must carry.
 
 #include <memory>
+#include <optional>
 
 #include "encoders/encoder_model.hpp"
 
@@ -48,6 +49,11 @@ class Pt2Model final : public EncoderModel {
   std::vector<Pt2Input> inputs_;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
 };
+
+// The JSON a package declares itself with (Note [A package declares its inputs] in
+// pt2_model.cpp): from its metadata, else from the file beside it; nullopt when neither has it.
+// Throws what LibTorch throws for a file that is not a package.
+std::optional<std::string> pt2_declaration(const std::filesystem::path& file);
 
 // "[-1, 3, 224, 224] float32", for messages.
 std::string describe_pt2_input(const Pt2Input& input);

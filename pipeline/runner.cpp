@@ -329,6 +329,11 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   OutputIndex index;
   index.meta = calibrated.meta;
   if (config.text.enabled) index.model_settings = config.text.origins;
+  for (const EncoderSection* media : {static_cast<const EncoderSection*>(&config.video),
+                                      static_cast<const EncoderSection*>(&config.audio)}) {
+    index.model_settings.insert(index.model_settings.end(), media->origins.begin(),
+                                media->origins.end());
+  }
   std::optional<OutputIndex> previous;
   if (output.overwrite) {
     output.folder.remove_previous_run();

@@ -164,8 +164,24 @@ struct EncoderSpec {
       "folder has a Normalize module)",                                                         \
       Spec().no_default().in_fingerprint())
 
+// The effective value of a setting and where it came from: "model folder", "model package",
+// "config file" or "default" (Note [Where a text setting comes from] in
+// encoders/bert/text_settings.cpp). Logged at start-up and kept in index.json (model_settings).
+struct SettingOrigin {
+  std::string key;     // as a config file spells it: "text.normalize"
+  std::string value;   // as JSON: true, 256, "mean"
+  std::string source;
+  bool operator==(const SettingOrigin&) const = default;
+};
+
 struct EncoderSection {
   PRECOMPUTE_ENCODER_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
+  // The section's keys the config file sets ("size", "mean"): a model package's settings fill
+  // only the others (encoders/package_settings.hpp). Not a key.
+  std::vector<std::string> keys_in_file;
+  // Every setting a model folder or package may decide, once resolved (text:
+  // encoders/bert/text_settings.hpp; video, audio: encoders/package_settings.hpp). Not a key.
+  std::vector<SettingOrigin> origins;
 
   Pooling pooling_mode() const { return pooling.value_or(Pooling::kMean); }
   bool normalized() const { return normalize.value_or(false); }
@@ -263,20 +279,8 @@ struct AudioSection : EncoderSection {
   KEY(int64_t, max_text_bytes, 1 << 20, "longer captions fail with category too_large",         \
       Spec().range(count(1, 1 << 30).noted("bytes; 1073741824 is 1 GiB")).in_record())
 
-// The effective value of a setting and where it came from: "model folder", "config file" or
-// "default" (Note [Where a text setting comes from] in encoders/bert/text_settings.cpp).
-struct SettingOrigin {
-  std::string key;     // as a config file spells it: "text.normalize"
-  std::string value;   // as JSON: true, 256, "mean"
-  std::string source;
-  bool operator==(const SettingOrigin&) const = default;
-};
-
 struct TextSection : EncoderSection {
   PRECOMPUTE_TEXT_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
-  // Every setting a model folder may decide, once resolve_text_settings() has filled them in
-  // (encoders/bert/text_settings.hpp); logged at start-up and kept in index.json. Not a key.
-  std::vector<SettingOrigin> origins;
 };
 
 #define PRECOMPUTE_INPUT_KEYS(KEY, MEMBER, ROW)                                                 \

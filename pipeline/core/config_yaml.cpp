@@ -167,6 +167,11 @@ Config parse_config(const std::string& yaml_text, const std::filesystem::path& b
   };
   pt2_unless_typed(c.video, "video");
   pt2_unless_typed(c.audio, "audio");
+  for (auto [s, section] : {std::pair<EncoderSection*, const char*>{&c.video, "video"},
+                            {&c.audio, "audio"}, {&c.text, "text"}}) {
+    if (!root[section] || !root[section].IsMap()) continue;
+    for (const auto& kv : root[section]) s->keys_in_file.push_back(kv.first.as<std::string>());
+  }
   return c;
 }
 

@@ -16,7 +16,7 @@ per device (`device="cuda"` on the GPU machine) and dtype.
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -40,10 +40,15 @@ class InputSpec:
 
 
 def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str, Path],
-            device: str = "cpu", max_batch: int = 65536) -> Path:
+            device: str = "cpu", max_batch: int = 65536,
+            settings: Optional[Dict[str, dict]] = None) -> Path:
     """Exports `module` (eval mode, on `device`) with every -1 dimension dynamic and dimension 0
     shared by all inputs (the batch), compiles it with AOTInductor and writes `out` (.pt2) with
-    the inputs declared in its metadata. Returns `out`."""
+    the inputs declared in its metadata. `settings` are the preprocessing the model expects,
+    which `precompute run` takes for every key its config file leaves out:
+    {"video": {"size": [224, 224], "mean": [...], "std": [...], "resize": "shorter_side_crop",
+    "layout": "frames" or "clips", "frames": 16}} or {"audio": {"sample_rate": 16000,
+    "window_s": 30.0}}. Returns `out`."""
     for spec in inputs:
         if spec.dtype not in DTYPES:
             raise ValueError(f"dtype {spec.dtype!r} is not one of {sorted(DTYPES)}")
@@ -61,7 +66,8 @@ def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str
     examples = tuple(spec.example(device) for spec in inputs)
     with torch.no_grad():
         program = torch.export.export(module, examples, dynamic_shapes=tuple(dynamic))
-    declared = {"inputs": [{"shape": list(s.shape), "dtype": s.dtype} for s in inputs]}
+    declared = {"inputs": [{"shape": list(s.shape), "dtype": s.dtype} for s in inputs],
+                **(settings or {})}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     torch._inductor.aoti_compile_and_package(

@@ -20,14 +20,16 @@ SIZE = 48  # the frame size the video package is exported for
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> Path:
-    """video.pt2 / video.pt: the demo's frame encoder as a package (frames [-1, 3, 48, 48]) and
-    as TorchScript; audio.pt2 / audio.pt the same for the demo's audio encoder (1 s windows)."""
+    """video.pt2 / video.pt: the demo's frame encoder as a package (frames [-1, 3, 48, 48], its
+    preprocessing declared: size 48, mean 0.5, std 0.25) and as TorchScript; audio.pt2 / audio.pt the same for the demo's audio encoder (1 s windows)."""
     import torch
     import export_encoders as demo
     from precompute.export import InputSpec, package
     root = tmp_path_factory.mktemp("pt2")
     video, audio = demo.TinyFrameFeatures().eval(), demo.LogMelFeatures().eval()
-    package(video, [InputSpec((-1, 3, SIZE, SIZE))], root / "video.pt2")
+    package(video, [InputSpec((-1, 3, SIZE, SIZE))], root / "video.pt2",
+            settings={"video": {"size": [SIZE, SIZE], "mean": [0.5, 0.5, 0.5],
+                                "std": [0.25, 0.25, 0.25]}})
     torch.jit.save(torch.jit.script(video), str(root / "video.pt"))
     package(audio, [InputSpec((-1, 16000)), InputSpec((-1,), "int64")], root / "audio.pt2")
     torch.jit.save(torch.jit.script(audio), str(root / "audio.pt"))
@@ -51,7 +53,7 @@ def config(manifest: Path, out: Path, video: Path = None, audio: Path = None, **
     c = {"input": {"manifest": str(manifest)}, "output": {"path": str(out)}}
     if video is not None:
         c["video"] = {"encoder": {"path": str(video)}, "sampling": {"fps": 2}, "size": SIZE,
-                      "pooling": "none", **video_keys}
+                      "mean": [0.5] * 3, "std": [0.25] * 3, "pooling": "none", **video_keys}
     if audio is not None:
         c["audio"] = {"encoder": {"path": str(audio)}, "sample_rate": 16000, "window_s": 1.0,
                       "pooling": "none"}
@@ -181,3 +183,30 @@ def test_unpacked_packages_leave_nothing_in_tmp_even_after_a_kill(binary, models
                        env={"PRECOMPUTE_CRASH_AT": "shard-before-rename@1"})
     assert r.returncode == -9, r.stderr[-2000:]
     assert unpacked_in_tmp() - before == set()
+
+
+def test_a_package_brings_its_preprocessing_and_the_config_file_still_wins(
+        binary, models, manifest, tmp_path):
+    """Keys the config file leaves out take the package's values (logged with their source and
+    kept in index.json); a key it sets wins, with a warning naming both values."""
+    c = config(manifest, tmp_path / "declared", models / "video.pt2")
+    for key in ("size", "mean", "std"):
+        del c["video"][key]
+    r = run_precompute(binary, tmp_path, c)
+    for line in (f"video.size: [{SIZE},{SIZE}] (model package)",
+                 "video.mean: [0.5,0.5,0.5] (model package)",
+                 "video.std: [0.25,0.25,0.25] (model package)",
+                 '"shorter_side_crop" (default)'):
+        assert line in r.stderr, (line, r.stderr[-2500:])
+    settings = json.loads((tmp_path / "declared" / "index.json").read_text())["model_settings"]
+    assert settings["video.size"]["source"] == "model package", settings
+    # The same vectors as a config that states them all.
+    run_precompute(binary, tmp_path, config(manifest, tmp_path / "stated", models / "video.pt2"))
+    assert np.array_equal(rows(tmp_path / "declared", "video"), rows(tmp_path / "stated", "video"))
+    # The config file's own mean wins, and the log says the package differs.
+    c = config(manifest, tmp_path / "own", models / "video.pt2", mean=[0.4, 0.4, 0.4])
+    r = run_precompute(binary, tmp_path, c)
+    assert ("video.mean is [0.4,0.4,0.4] in the config file and [0.5,0.5,0.5] in the model "
+            "package") in r.stderr, r.stderr[-2500:]
+    assert "video.mean: [0.4,0.4,0.4] (config file)" in r.stderr
+    assert not np.array_equal(rows(tmp_path / "own", "video"), rows(tmp_path / "stated", "video"))

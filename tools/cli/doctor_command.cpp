@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "encoders/bert/text_settings.hpp"
+#include "encoders/package_settings.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/logging.hpp"
 #include "pipeline/memory_budget.hpp"
@@ -153,6 +154,7 @@ int doctor(const DoctorOptions& o) {
   if (!o.gpu_memory_budget.empty()) overrides.set("--gpu-memory-budget", o.gpu_memory_budget);
   apply_overrides(config, overrides);
   if (config.text.enabled) resolve_text_settings(config.text);
+  resolve_package_settings(config);
   validate(config);
   setup_logging(o.json ? "warn" : config.run.log_level);
 

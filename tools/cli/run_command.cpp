@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "encoders/bert/text_settings.hpp"
+#include "encoders/package_settings.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/logging.hpp"
@@ -124,10 +125,15 @@ void report_refusal(Config& config, const PartitionFlags& flags, const ReportSta
 int run_configured(Config& config, const PartitionFlags& partition_flags,
                    const std::vector<std::string>& command_line, ReportState& state) {
   if (config.text.enabled) resolve_text_settings(config.text);
+  resolve_package_settings(config);
   validate(config);
   setup_logging(config.run.log_level);
   // Note [Where a text setting comes from]: each value, once per command.
-  for (const auto& s : config.text.origins) spdlog::info("{}: {} ({})", s.key, s.value, s.source);
+  for (const EncoderSection* section : {static_cast<const EncoderSection*>(&config.video),
+                                        static_cast<const EncoderSection*>(&config.audio),
+                                        static_cast<const EncoderSection*>(&config.text)}) {
+    for (const auto& s : section->origins) spdlog::info("{}: {} ({})", s.key, s.value, s.source);
+  }
   state.partition = resolve_partition(partition_flags);
   const Partition& partition = *state.partition;
   PC_CHECK(!(partition.split() && config.output.retry_failed), ConfigError,
