@@ -1,4 +1,6 @@
-"""Package a PyTorch module as an AOTInductor `.pt2` encoder that `precompute run` loads natively
+"""Package a PyTorch module or a Hugging Face folder (`python -m precompute.export RECIPE FOLDER
+OUT.pt2`: clip-vision, siglip-vision, videomae) as an AOTInductor `.pt2` encoder that
+`precompute run` loads natively
 (`encoder: {path: model.pt2}` under `video` or `audio`), with no Python at run time.
 
     from precompute.export import package
@@ -74,3 +76,129 @@ def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str
         program, package_path=str(out),
         inductor_configs={"aot_inductor.metadata": {METADATA_KEY: json.dumps(declared)}})
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Recipes: a Hugging Face folder in, a package that returns one tensor out.
+#
+#     python -m precompute.export clip-vision FOLDER OUT.pt2 [--projection] [--device cuda]
+#     python -m precompute.export siglip-vision FOLDER OUT.pt2 [--dtype float16]
+#     python -m precompute.export videomae FOLDER OUT.pt2 [--frames 16]
+
+class _Pooled(torch.nn.Module):
+    """A vision tower's pooled output for frames [N, 3, H, W] (`attribute` of its output)."""
+
+    def __init__(self, model: torch.nn.Module, attribute: str):
+        super().__init__()
+        self.model, self.attribute = model, attribute
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(pixel_values=frames), self.attribute)
+
+
+class _TokenMean(torch.nn.Module):
+    """A video model's last hidden state averaged over its tokens: clips [B, T, 3, H, W] ->
+    [B, D]."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, clips: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=clips).last_hidden_state.mean(dim=1)
+
+
+def _processor(folder: Path) -> dict:
+    path = folder / "preprocessor_config.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _side(value, default: int) -> Tuple[int, int]:
+    """(height, width) of a processor's `size` / `crop_size` entry."""
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, dict):
+        if "height" in value and "width" in value:
+            return int(value["height"]), int(value["width"])
+        if "shortest_edge" in value:
+            return int(value["shortest_edge"]), int(value["shortest_edge"])
+    return default, default
+
+
+def _image_settings(folder: Path, image_size: int, crop: bool) -> dict:
+    """The video settings a processor folder implies: input size, mean/std, and whether it
+    crops the centre after resizing the shorter side (CLIP, VideoMAE) or resizes the whole
+    frame (SigLIP)."""
+    p = _processor(folder)
+    crop = bool(p.get("do_center_crop", crop))
+    size = _side(p.get("crop_size") if crop else p.get("size"), image_size)
+    return {"size": list(size), "mean": [float(x) for x in p.get("image_mean", [0.5] * 3)],
+            "std": [float(x) for x in p.get("image_std", [0.5] * 3)],
+            "resize": "shorter_side_crop" if crop else "stretch", "layout": "frames"}
+
+
+def _clip_vision(folder: Path, args) -> tuple:
+    from transformers import CLIPVisionModel, CLIPVisionModelWithProjection
+    if args.projection:
+        model = _Pooled(CLIPVisionModelWithProjection.from_pretrained(folder), "image_embeds")
+    else:
+        model = _Pooled(CLIPVisionModel.from_pretrained(folder), "pooler_output")
+    size = model.model.config.image_size
+    settings = _image_settings(folder, size, crop=True)
+    return model, [InputSpec((-1, 3, *settings["size"]), args.dtype)], {"video": settings}
+
+
+def _siglip_vision(folder: Path, args) -> tuple:
+    from transformers import SiglipVisionModel
+    model = _Pooled(SiglipVisionModel.from_pretrained(folder), "pooler_output")
+    settings = _image_settings(folder, model.model.config.image_size, crop=False)
+    return model, [InputSpec((-1, 3, *settings["size"]), args.dtype)], {"video": settings}
+
+
+def _videomae(folder: Path, args) -> tuple:
+    from transformers import VideoMAEModel
+    inner = VideoMAEModel.from_pretrained(folder)
+    frames = args.frames or inner.config.num_frames
+    if frames != inner.config.num_frames:
+        raise SystemExit(f"{folder} is a VideoMAE for {inner.config.num_frames} frames per "
+                         f"clip; --frames {frames} would not match its position embeddings")
+    settings = {**_image_settings(folder, inner.config.image_size, crop=True),
+                "layout": "clips", "frames": frames}
+    spec = InputSpec((-1, frames, 3, *settings["size"]), args.dtype)
+    return _TokenMean(inner), [spec], {"video": settings}
+
+
+RECIPES = {"clip-vision": _clip_vision, "siglip-vision": _siglip_vision, "videomae": _videomae}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog="python -m precompute.export",
+        description="Package a Hugging Face model folder as a .pt2 encoder for precompute. The "
+                    "package declares its input and preprocessing, which `precompute run` "
+                    "takes for every key the config leaves out (docs/pt2_encoders.md).")
+    parser.add_argument("recipe", choices=sorted(RECIPES))
+    parser.add_argument("folder", type=Path, help="the model folder (config.json, weights, "
+                                                  "preprocessor_config.json)")
+    parser.add_argument("out", type=Path, help="the package to write (.pt2)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="the device it will run on: a package holds code for one")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                        help="the dtype it computes in (video.dtype must match)")
+    parser.add_argument("--projection", action="store_true",
+                        help="clip-vision: the projected image_embeds, not pooler_output")
+    parser.add_argument("--frames", type=int, default=0,
+                        help="videomae: frames per clip (default: the model's)")
+    args = parser.parse_args(argv)
+    if not (args.folder / "config.json").exists():
+        raise SystemExit(f"{args.folder} holds no config.json: pass a Hugging Face model folder")
+    module, inputs, settings = RECIPES[args.recipe](args.folder, args)
+    module = module.eval().to(DTYPES[args.dtype])
+    out = package(module, inputs, args.out, device=args.device, settings=settings)
+    print(f"wrote {out}: takes {[list(i.shape) for i in inputs]} {args.dtype} on {args.device}; "
+          f"settings {json.dumps(settings)}")
+
+
+if __name__ == "__main__":
+    main()
