@@ -200,6 +200,9 @@ def test_a_package_brings_its_preprocessing_and_the_config_file_still_wins(
         assert line in r.stderr, (line, r.stderr[-2500:])
     settings = json.loads((tmp_path / "declared" / "index.json").read_text())["model_settings"]
     assert settings["video.size"]["source"] == "model package", settings
+    # A rerun of the same command resumes: the package's settings are the same settings.
+    r = run_precompute(binary, tmp_path, c)
+    assert "3 of 3 samples are in committed shards; 0 to process" in r.stderr, r.stderr[-2000:]
     # The same vectors as a config that states them all.
     run_precompute(binary, tmp_path, config(manifest, tmp_path / "stated", models / "video.pt2"))
     assert np.array_equal(rows(tmp_path / "declared", "video"), rows(tmp_path / "stated", "video"))
