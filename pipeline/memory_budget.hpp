@@ -22,7 +22,7 @@ namespace precompute {
 // video.sampling.num_frames frames, the longest the config lets through; where the config sets
 // no length (fps sampling, whole-clip audio) 16 frames and 10 s; audio of one window of
 // audio.window_s otherwise. Costs are fitted per unit (token, frame, audio sample), so a longer
-// sample is priced by its own units (README, "Memory"). Probes batch it.
+// sample is priced by its own units (docs/usage.md, "Memory"). Probes batch it.
 PreparedSamplePtr largest_sample(const Config& config, Modality m);
 
 // One encode of `batch` copies of a sample, with the device memory around it.

@@ -227,9 +227,13 @@ struct EncoderSection {
       Spec().in_fingerprint())                                                                  \
   KEY(bool, seek, true, "seek to keyframes and drop frames nobody keeps (same frames)",         \
       Spec().in_record())                                                                       \
-  KEY(VideoDecoderKind, decoder, VideoDecoderKind::kAuto, "auto, cpu or nvdec",                 \
+  KEY(VideoDecoderKind, decoder, VideoDecoderKind::kAuto,                                       \
+      "auto: NVDEC beside the CPU decoders where the build has CUDA and video runs on a GPU, "   \
+      "else the CPU; cpu; nvdec: NVDEC only (a stream it cannot take falls back to the CPU)",   \
       Spec().in_record())                                                                       \
-  KEY(int, nvdec_sessions, 0, "NVDEC sessions per GPU of video.device (0: two per engine)",     \
+  KEY(int, nvdec_sessions, 0,                                                                   \
+      "NVDEC sessions on each GPU video runs on, with decoder auto or nvdec (cpu opens none); "  \
+      "0: two per NVDEC engine as the driver reports them, 4 where the count is unknown",        \
       Spec().range(count(0, 64).noted("per GPU; 0: two per NVDEC engine")).in_record())
 
 struct VideoSection : EncoderSection {
@@ -302,7 +306,7 @@ struct InputSection {
   KEY(std::filesystem::path, path, {}, "output folder; created if missing",                     \
       Spec().no_default().in_record().flag("-o,--output", "Output folder"))                     \
   KEY(int64_t, shard_size, 1024, "manifest samples per shard",                                  \
-      Spec().range(count(1, 1e9)).in_record().flag("--shard-size", "Samples per shard"))        \
+      Spec().range(count(1, 1e9)).in_record().flag("--shard-size", "Input samples per shard"))  \
   KEY(StorageDtype, dtype, StorageDtype::kFloat16, "float16 or float32",                        \
       Spec().in_fingerprint())                                                                  \
   KEY(int, chunk_rows, 256, "HDF5 chunk height for embedding datasets",                         \
@@ -315,7 +319,8 @@ struct InputSection {
                                   "separated: label,split"))                                    \
   KEY(bool, overwrite, false, "start over: remove an earlier run's files in `path`",            \
       Spec().flag("--overwrite", "Start over: remove an earlier run's files from the output "   \
-                                 "folder (by default a rerun resumes it)"))                     \
+                                 "folder (by default a rerun resumes it); also accepts a "      \
+                                 "folder that holds other files, which are left alone"))        \
   KEY(bool, retry_failed, false, "resume, and also redo the samples that failed before",        \
       Spec().flag("--retry-failed", "Resume, and also redo the samples that have failure "      \
                                     "records"))
@@ -334,19 +339,21 @@ struct OutputSection {
           .applies(apply_device_flag))                                                          \
   KEY(int, decode_threads, 0, "concurrent decodes; 0: one per core",                            \
       Spec().range(count(0, kMaxThreads).noted("0: one per core")).in_record()                  \
-          .flag("--decode-threads", "Samples decoded at once (0: cores)"))                      \
+          .flag("--decode-threads", "Samples decoded at once (0: one per core)"))               \
   KEY(int, torch_threads, 0, "LibTorch intra-op threads on CPU; 0: one per core",               \
       Spec().range(count(0, kMaxThreads).noted("0: one per core")).in_record()                  \
-          .flag("--torch-threads", "LibTorch CPU threads (0: cores)"))                          \
+          .flag("--torch-threads", "LibTorch CPU threads (0: one per core)"))                   \
   KEY(int, max_in_flight, 0, "samples between source and writer; 0: automatic",                 \
       Spec().range(count(0, 1e6).noted("0: automatic")).in_record())                            \
   /* Note [The default failure limit] in pipeline/runner.cpp: 50%, as a fraction.      */       \
   KEY(int64_t, max_failures, -1,                                                                \
-      "failed samples allowed before exit code 3: a count, -1 for no limit, or a percentage "   \
-      "(held in max_failure_fraction; the default, 50%)",                                       \
+      "samples with failure records allowed before exit code 3: a count, a percentage of the "  \
+      "samples (\"1%\"), or -1 for no limit; the default is 50%",                               \
       Spec().in_record().reads(read_max_failures).writes(write_max_failures)                    \
-          .flag("--max-failures", "Failed samples allowed before exit code 3: a count, a "      \
-                                  "percentage like 1%, or -1 for no limit (default: 50%)")      \
+          .flag("--max-failures", "Samples with failure records allowed before exit code 3: a " \
+                                  "count, a percentage like 1%, or -1 for no limit (default: "  \
+                                  "50%); a modality that embeds nothing exits 3 under any "     \
+                                  "limit")                                                      \
           .applies(apply_max_failures_flag))                                                    \
   MEMBER(double, max_failure_fraction, 0.5, "max_failures as a fraction of all samples; -1: none")\
   /* An interval under a millisecond is a flood of lines, not progress. */                      \
@@ -390,11 +397,13 @@ struct OutputSection {
       "per GPU (Note [Memory budgets] in pipeline/memory_budget.cpp); null: none",              \
       Spec().null_unsets().in_record()                                                          \
           .flag("--gpu-memory-budget", "Device memory per GPU: a size (8GiB) or a fraction of " \
-                                       "the card (0.8)"))                                       \
+                                       "the card (0.8); batch limits are calibrated to it at "  \
+                                       "start-up"))                                             \
   KEY(int64_t, host_memory_budget, 0,                                                           \
       "bytes of decoded samples held in the pipeline; 0: automatic",                            \
       Spec().byte_size().in_record()                                                            \
-          .flag("--host-memory-budget", "Host memory for decoded samples in flight (e.g. 4GiB)"))
+          .flag("--host-memory-budget", "Host memory for decoded samples in flight (e.g. "      \
+                                        "4GiB); decoding waits while it is full"))
 
 struct RunSection {
   PRECOMPUTE_RUN_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)

@@ -2,7 +2,7 @@
 bad sample must get failure records of the right category (and nothing else of it must be
 lost), every good or merely odd sample must be embedded with finite values, and the run must
 finish: with exit code 3 by default, since most of this corpus fails (more than half of the
-samples failing exits 3, README "Bad input"), and 0 under a limit that tolerates it
+samples failing exits 3, docs/usage.md "Bad input"), and 0 under a limit that tolerates it
 (docs/reliability.md, "FFmpeg and untrusted files")."""
 
 import csv

@@ -1,4 +1,4 @@
-"""Hostile ids and paths through the real CLI (README, "Input" and "Bad input"): ids that HDF5 or
+"""Hostile ids and paths through the real CLI (docs/usage.md, "Input" and "Bad input"): ids that HDF5 or
 h5py cannot hold (a NUL, bytes that are not UTF-8) are refused before any work with exit 65
 naming the manifest line or the file; paths are bytes and work whatever they hold; an empty
 input is refused; look-alike ids and link loops in an input folder are warned about, not fatal.

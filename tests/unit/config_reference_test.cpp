@@ -7,6 +7,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -187,6 +190,156 @@ TEST(ConfigReferenceTest, ParsesAndPassesValidationOfItsRanges) {
       EXPECT_NO_THROW(f.check(f, c)) << f.key;
     }
   }
+}
+
+// docs/config.md is the key table as a user reads it: a table per section with each key's type,
+// default, range and doc line. It is generated from config_fields() by the test below, so that it
+// cannot drift from the code; PRECOMPUTE_UPDATE_DOCS=1 rewrites it (docs/CONTRIBUTING.md).
+const std::filesystem::path kConfigDoc =
+    std::filesystem::path(PRECOMPUTE_SOURCE_DIR) / "docs/config.md";
+
+constexpr std::string_view kConfigDocHead =
+    "# Config keys\n"
+    "\n"
+    "<!-- Generated from the key table in pipeline/core/config.hpp by the test\n"
+    "     ConfigReferenceTest.DocsConfigMdIsTheTable: edit the table, then regenerate\n"
+    "     (docs/CONTRIBUTING.md, \"Generated documents\"). -->\n"
+    "\n"
+    "Every key a config file takes, with its type, default and range. `configs/reference.yaml`\n"
+    "lists the same keys as a config file to copy (with each default, checked by\n"
+    "`tests/unit/config_reference_test.cpp`), and `configs/demo.yaml` is a working example.\n"
+    "Many keys are also set by a flag of `precompute run` ([cli.md](cli.md)); a flag overrides\n"
+    "the file.\n"
+    "\n"
+    "Relative paths resolve against the config file's folder. Unknown keys are errors (a typo\n"
+    "never silently falls back to a default). A modality is embedded when its section (`video`,\n"
+    "`audio`, `text`) is present. Every number has a range; a value outside it, `.inf` and\n"
+    "`.nan` included, exits 2 with a message naming the key, the range and the flag that also\n"
+    "sets it (`tests/unit/config_test.cpp`, `tests/python/test_config_boundaries.py`). Sizes\n"
+    "take a unit (`4GiB`). A default of \"none\" means the key has no default a file could write\n"
+    "(a path, or a setting a model folder decides: see [encoders.md](encoders.md)).\n";
+
+// The shortest text that reads back as the same float (or, if it is not one, double).
+std::string number_text(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  const bool is_float = static_cast<double>(static_cast<float>(v)) == v;
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    const double back = std::strtod(buf, nullptr);
+    if (is_float ? static_cast<float>(back) == static_cast<float>(v) : back == v) break;
+  }
+  return buf;
+}
+
+std::string json_text(const nlohmann::json& j) {
+  if (j.is_string()) return j.get<std::string>().empty() ? "\"\"" : j.get<std::string>();
+  if (j.is_number_float()) return number_text(j.get<double>());
+  if (j.is_array()) {
+    std::string text = "[";
+    for (size_t i = 0; i < j.size(); ++i) text += (i ? ", " : "") + json_text(j[i]);
+    return text + "]";
+  }
+  return j.dump();
+}
+
+std::string size_text(int64_t bytes) {
+  static constexpr std::string_view kUnits[] = {"", "KiB", "MiB", "GiB", "TiB"};
+  size_t unit = 0;
+  while (bytes != 0 && bytes % 1024 == 0 && unit + 1 < std::size(kUnits)) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return std::to_string(bytes) + std::string(kUnits[unit]);
+}
+
+std::string cell(std::string text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out;
+}
+
+// The value configs/reference.yaml shows for `f` (set or in a comment), as the table writes it:
+// the type of a key without a default. Null when the file shows none it takes.
+nlohmann::json reference_value(const ConfigField& f, const Config& defaults) {
+  static const std::string text = file_text(kReference);
+  static const YAML::Node root = YAML::Load(text);
+  YAML::Node node;
+  const YAML::Node in_file = at(root, f.key);
+  if (in_file.IsDefined()) {
+    node.reset(in_file);
+  } else {
+    const auto shown =
+        commented_value(section_lines(text, f.section()), f.key.substr(f.key.rfind('.') + 1));
+    if (!shown) return nullptr;
+    node.reset(YAML::Load(*shown));
+  }
+  Config read = defaults;
+  if (!read_as(f, node, read).empty()) return nullptr;
+  nlohmann::json written = nlohmann::json::object();
+  f.write(f, read, written);
+  return written.contains(f.json_key) ? written[f.json_key] : nlohmann::json();
+}
+
+std::string type_text(const ConfigField& f, const nlohmann::json& value) {
+  if (f.byte_size) return "size";
+  if (value.is_array()) {
+    if (f.bound) return f.bound->integer ? "list of integers" : "list of numbers";
+    return "list";
+  }
+  if (f.bound) return f.bound->integer ? "integer" : "number";
+  if (value.is_boolean()) return "boolean";
+  if (value.is_object()) return "mapping";
+  if (value.is_number_integer()) return "integer";
+  if (value.is_number()) return "number";
+  return "text";
+}
+
+std::string render_config_doc() {
+  Config defaults;
+  for (const auto& f : config_fields()) enable_section(defaults, f.section());
+  std::string out(kConfigDocHead);
+  std::string section;
+  for (const auto& f : config_fields()) {
+    if (f.section() != section) {
+      section = std::string(f.section());
+      out += "\n## " + section + "\n\n| key | type | default | range | meaning |\n";
+      out += "|---|---|---|---|---|\n";
+    }
+    nlohmann::json written = nlohmann::json::object();
+    f.write(f, defaults, written);
+    // A key written with a companion entry (run.max_failures and its fraction) or not at all
+    // has its default in its doc line.
+    const bool one_value = written.size() == 1 && written.contains(f.json_key);
+    const nlohmann::json value = one_value ? written[f.json_key] : nlohmann::json();
+    // A key with its own text form (run.max_failures: "50%") is text.
+    const std::string type = !one_value && !written.empty() ? "text"
+                             : type_text(f, value.is_null() ? reference_value(f, defaults) : value);
+    std::string shown = "none";
+    if (f.has_default && one_value && !value.is_null()) {
+      shown = f.byte_size && value.is_number_integer() ? size_text(value.get<int64_t>())
+                                                       : json_text(value);
+      shown = "`" + shown + "`";
+    }
+    const std::string range = f.bound ? range_text(*f.bound) : "";
+    out += "| `" + f.key + "` | " + type + " | " + cell(shown) + " | " + cell(range) + " | " +
+           cell(std::string(f.doc)) + " |\n";
+  }
+  return out;
+}
+
+TEST(ConfigReferenceTest, DocsConfigMdIsTheTable) {
+  const std::string rendered = render_config_doc();
+  const char* update = std::getenv("PRECOMPUTE_UPDATE_DOCS");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream(kConfigDoc, std::ios::binary) << rendered;
+  }
+  EXPECT_EQ(file_text(kConfigDoc), rendered)
+      << "docs/config.md differs from the key table: rerun this test with "
+      << "PRECOMPUTE_UPDATE_DOCS=1 and commit docs/config.md";
 }
 
 }  // namespace

@@ -267,9 +267,9 @@ TEST(MemoryBudgetTest, MatchesTheFirstVersionWhereThatKeptWithinTheBudget) {
   }
 }
 
-// What the calibration measures, as README's "Memory" says: text of max_length tokens, a clip of
-// num_frames frames, 16 frames under fps sampling, one audio window, 10 s of audio under
-// whole-clip windows; at the configured size and rate.
+// What the calibration measures, as docs/usage.md's "Memory" says (the README's, once): text of
+// max_length tokens, a clip of num_frames frames, 16 frames under fps sampling, one audio window,
+// 10 s of audio under whole-clip windows; at the configured size and rate.
 TEST(MemoryBudgetTest, TheProbeSampleIsWhatTheReadmeSays) {
   testing::TempDir dir;
   {

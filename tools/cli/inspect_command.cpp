@@ -174,7 +174,8 @@ int inspect(const InspectOptions& o) {
 
 CommandFn add_inspect_command(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
-  auto* cmd = app.add_subcommand("inspect", "Show what an output folder holds and check it");
+  auto* cmd = app.add_subcommand(
+      "inspect", "Show what an output folder holds; check each shard's size and SHA-256");
   cmd->add_option("output", o->output, "Output folder of a run")->required();
   cmd->add_flag("--json", o->json, "Print JSON (every failure record included)");
   cmd->add_option("--failures", o->max_failures_listed, "Failure records to list (default 20)")

@@ -43,11 +43,12 @@ std::string percent(int64_t done, int64_t total) {
 
 CommandFn add_merge_command(CLI::App& app) {
   auto o = std::make_shared<JobOptions>();
-  auto* cmd = app.add_subcommand(
-      "merge", "Make the ranks of a split job one output (the last rank to finish does it too)");
+  auto* cmd = app.add_subcommand("merge",
+                                 "Make the ranks of a split job one output (the last rank to "
+                                 "finish does it by itself)");
   cmd->add_option("output", o->output, "Output folder of the job")->required();
   cmd->add_option("--world-size", o->world_size,
-                  "The job's ranks, when OUT holds ranks of several world sizes");
+                  "The job's ranks, when the folder holds ranks of several world sizes");
   return [o]() {
     const MergeResult result = merge_job(o->output, chosen_world(*o), /*refuse=*/false);
     if (!result.merged) {
@@ -67,7 +68,7 @@ CommandFn add_status_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("status", "Show each rank of a split job and the total done");
   cmd->add_option("output", o->output, "Output folder of the job")->required();
   cmd->add_option("--world-size", o->world_size,
-                  "The job's ranks, when OUT holds ranks of several world sizes");
+                  "The job's ranks, when the folder holds ranks of several world sizes");
   cmd->add_flag("--json", o->json, "Print JSON");
   return [o]() {
     const std::filesystem::path out = o->output;
