@@ -169,17 +169,18 @@ def main() -> int:
     lines = ["| budget | token limit per batch | peak reserved (allocated) | texts/s |",
              "|---|---:|---:|---:|"]
     for r in results["runs"]:
-        lines.append(f"| {r['name']} | {r['token_limit'] or '(config: 4,000,000)'} | "
-                     f"{r.get('peak_reserved_mib')} MiB ({r.get('peak_allocated_mib')} MiB) | "
-                     f"{r['summary'].get('per_s')} |")
+        lines.append(precompute_run.table_row(
+            [r["name"], r["token_limit"] or "(config: 4,000,000)",
+             f"{r.get('peak_reserved_mib')} MiB ({r.get('peak_allocated_mib')} MiB)",
+             r["summary"].get("per_s")]))
     if doctor:
         enc = doctor["encoders"][0]
         lines += ["", "doctor (text, largest sample 256 tokens):", "",
                   "| batch | peak reserved | seconds |", "|---:|---:|---:|"]
         for b in enc["batches"]:
             if not b.get("out_of_memory"):
-                lines.append(f"| {b['batch']} | {b['peak_reserved'] / 2**20:.0f} MiB | "
-                             f"{b['seconds']:.3f} |")
+                lines.append(precompute_run.table_row(
+                    [b["batch"], f"{b['peak_reserved'] / 2**20:.0f} MiB", f"{b['seconds']:.3f}"]))
         lines.append(f"\npeak per sample {enc.get('peak_per_sample')} B; largest batch in 4 GiB: "
                      f"{enc.get('largest_batch_in_budget')}")
     lines += [""] + [f"- {'PASS' if ok else 'FAIL'}: {c}" for c, ok in checks]
