@@ -31,10 +31,10 @@ target_include_directories(precompute_options INTERFACE "${PROJECT_SOURCE_DIR}")
 # clean-up crashed so on the GPU machine). A program's symbols bind to the first library in its
 # DT_NEEDED list that defines them, and the compiler driver appends libstdc++ last, so every
 # binary names libstdc++ first, by the full path of its shared library (libstdc++.so.6). On the
-# GPU machine (Ubuntu 24.04, gcc 13) `-print-file-name=libstdc++.so` finds nothing, and the
-# `-lstdc++` this used to fall back to gave binaries without any DT_NEEDED entry for libstdc++
-# and 31-33 std::filesystem symbols bound to LibTorch; with libstdc++.so.6 by path, libstdc++ is
-# their first DT_NEEDED entry and 0 bind there (tools/bench/build_on_gpu.sh prints the count).
+# GPU machine (Ubuntu 24.04, gcc 13) `-print-file-name=libstdc++.so` finds nothing, and a plain
+# `-lstdc++` there gives binaries without any DT_NEEDED entry for libstdc++, their
+# std::filesystem symbols bound to LibTorch; so libstdc++.so.6 is named by path, which makes it
+# their first DT_NEEDED entry (tools/bench/build_on_gpu.sh prints how many bind to LibTorch: 0).
 set(_libstdcxx "-lstdc++")
 foreach(_name libstdc++.so.6 libstdc++.so)
   execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=${_name}

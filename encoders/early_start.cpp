@@ -18,19 +18,18 @@ namespace precompute {
 // A run may not load its encoders before it has read and checked its input and locked its
 // output: an invalid input writes nothing, and an output that must be refused is refused before
 // any model loads (Note [Refuse before touching the output] in pipeline/runner.cpp). But two
-// parts of the loading change nothing that a refusal protects, and on a 1,000,000-caption job on
-// one H200 they cost as much as reading the input (0.4 s on 16 cores):
-//  - starting CUDA: the driver (0.19 s), a context and the caching allocator on each device
-//    (0.12-0.15 s), then cuBLAS and the first kernels of a transformer layer, which the warm-up
-//    batch otherwise loads (it went from 0.29 to 0.10-0.15 s);
-//  - the models' identities (model_sha256(); BERT-base's folder, 440 MB, takes 0.4-0.55 s beside
-//    the weights' copy), which the loading otherwise waits for after its warm-up.
+// parts of the loading change nothing that a refusal protects, and together they cost about as
+// much as reading a 1,000,000-caption input:
+//  - starting CUDA: the driver, a context and the caching allocator on each device, then cuBLAS
+//    and the first kernels of a transformer layer, which the warm-up batch otherwise loads;
+//  - the models' identities (model_sha256(), reading every byte of the model's folder), which
+//    the loading otherwise waits for after its warm-up.
 // So both start with the run, on threads of their own, and the loading finds them done or under
-// way (docs/benchmarks.md has the timeline before and after). A refused run stops the hashing at
-// its next 1 MiB read and waits for CUDA's start, which is not interruptible (a fraction of a
-// second). The CUDA thread swallows every error: a missing device or driver is reported by
-// load_encoder, with the message and exit code it always had; a hash's error reaches the
-// encoder that waits for it, as when the encoder computed it.
+// way (docs/benchmarks.md, "What bounds it, and the start-up timeline"). A refused run stops the
+// hashing at its next 1 MiB read and waits for CUDA's start, which is not interruptible (a
+// fraction of a second). The CUDA thread swallows every error: a missing device or driver is
+// reported by load_encoder, with its own message and exit code; a hash's error reaches the
+// encoder that waits for it, as if the encoder had computed it.
 namespace {
 
 // Brings up CUDA on `device` for an encoder computing in `dtypes`: the context and the caching

@@ -11,13 +11,14 @@
 namespace precompute {
 
 // Note [Copying out through pinned memory]
-// A batch's stored vectors cross to the host once per call: 12.6 MB for 4,096 pooled captions
-// of 768 floats. A fresh pageable tensor each call is a fresh mapping above the mmap threshold
-// (Note [Host memory and glibc malloc] in tools/cli/main.cpp), first-touched page by page, and
-// the driver stages a pageable copy through its own pinned buffer. Pinned memory from
-// LibTorch's caching host allocator is a block kept from call to call, which the copy engine
-// writes directly. The small uploads (each sample's row count) go the same way, without a wait: the only synchronisation
-// of a call is the final copy's, so the host queues the pooling kernels behind the model's.
+// A batch's stored vectors cross to the host once per call: 12.6 MB for 4,096 pooled captions of
+// 768 floats. A fresh pageable tensor each call is a fresh mapping above the mmap threshold
+// (Note [Host memory and glibc malloc] in tools/cli/main.cpp), first-touched page by page, and the
+// driver stages a pageable copy through its own pinned buffer. Pinned memory from LibTorch's
+// caching host allocator is a block kept from call to call, which the copy engine writes
+// directly. The small uploads (each sample's row count) go the same way, without a wait: the
+// only synchronisation of a call is the final copy's, so the host queues the pooling kernels
+// behind the model's.
 at::Tensor to_host_float(const at::Tensor& t) {
   const auto floats = t.to(at::kFloat).contiguous();
   if (!floats.is_cuda()) return floats;

@@ -23,13 +23,14 @@ namespace precompute {
 // - Batches are sized so that the cap is rarely hit: each GPU encoder is measured at start-up on
 //   batches of a probe sample (largest_sample: the longest the config allows where it sets a
 //   length, else 16 frames or 10 s of audio), in its batch-limit unit (frames, audio samples,
-//   tokens). The extra memory a call reserves above what was reserved
-//   before it is fitted as fixed + per_unit * units from two batch sizes. The budget, less the
-//   weights of every encoder on the device, is shared by the encode calls that may run there at
-//   once (each GPU encoder runs two, on two streams) by measured need (Note [Shares by measured
-//   need]); a modality's cost limit is the most units whose fitted cost fits its share. One batch at that limit then runs as a warm-up,
-//   as text-embeddings-inference does, so that a budget too small fails at start-up, not after
-//   an hour. A budget that cannot hold one largest sample is refused with the numbers.
+//   tokens). The extra memory a call reserves above what was reserved before it is fitted as
+//   fixed + per_unit * units from two batch sizes. The budget, less the weights of every encoder
+//   on the device, is shared by the encode calls that may run there at once (each GPU encoder
+//   runs two, on two streams) by measured need (Note [Shares by measured need]); a modality's
+//   cost limit is the most units whose fitted cost fits its share. One batch at that limit then
+//   runs as a warm-up, as text-embeddings-inference does, so that a budget too small fails at
+//   start-up, not after an hour. A budget that cannot hold one largest sample is refused with
+//   the numbers.
 // Limits only ever go down from the config's, and they are not part of the fingerprint: a
 // resume under another budget stores the same embeddings.
 
@@ -145,8 +146,8 @@ struct EncoderCost {
 };
 
 // A quarter kept for fragmentation, the other calls' cached blocks and batches shaped unlike the
-// probes (measured on an H200 with BERT-base: 90% of the share cost 1,195 out-of-memory splits
-// in 50,000 texts under 2 GiB; docs/benchmarks.md).
+// probes: with 90% of the share, batches split after running out of memory many times over
+// (docs/benchmarks.md, "GPU memory budgets, out-of-memory recovery, doctor").
 constexpr double kUsable = 0.75;
 
 EncoderCost measure(Encoder& e, const Config& config, int64_t available, int64_t budget) {
@@ -196,7 +197,8 @@ EncoderCost measure(Encoder& e, const Config& config, int64_t available, int64_t
 // config would add, and no call gets more than that. The proportion is computed in doubles; for
 // sizes past 2^53 bytes (or when rounding lands a byte high) the shares are trimmed back so that
 // the calls together never get more than is available, and no size overflows on the way
-// (tests/unit/memory_budget_test.cpp).
+// (tests/unit/memory_budget_test.cpp). docs/benchmarks.md, "Three encoders on one GPU: shares by
+// measured need", has the three-encoder job that an even split refused.
 
 namespace {
 

@@ -72,11 +72,12 @@ void remove_file(const fs::path& file) {
 }
 
 // Note [Removing an earlier run's files at once]
-// Unlinking a large file frees its extents, milliseconds a file on ext4: the 125 shards of 13 MB
-// of a 1,000,000-caption run took 0.64 s one after another on the GPU machine and 0.61-0.77 s on
-// 2 cores, where 8 threads take 0.30-0.33 s (docs/benchmarks.md). So the files go on up to 8
-// threads. Interrupted, any of them may be gone, not a prefix: a resume checks every shard
-// the index lists (committed_shard_problem) and redoes those that are missing.
+// Unlinking a large file frees its extents, milliseconds a file on ext4, so removing a
+// 1,000,000-caption run's 125 shards one after another takes over half a second; on up to 8 threads
+// it takes half that, even on 2 cores (docs/benchmarks.md, "What bounds it, and the start-up
+// timeline"). So the files go on up to 8 threads. Interrupted, any of them may be gone, not a
+// prefix: a resume checks every shard the index lists (committed_shard_problem) and redoes those
+// that are missing.
 void remove_files(const std::vector<fs::path>& files) {
   constexpr size_t kMostAtOnce = 8;
   const size_t threads = std::min(kMostAtOnce, files.size());

@@ -229,20 +229,20 @@ ModalityColumns gather_columns(const ModalitySchema& schema,
 // Buffers kept from shard to shard.
 
 // Note [Buffers kept from shard to shard]
-// A shard of 8,192 captions x 768 values is 12.6 MB, and building one used to allocate buffers of
-// about that size and free them again: the rows in the stored type, HDF5's in-memory file, and
-// the image copied out of it. Buffers that large are fresh mappings from the kernel (main()'s
-// fixed mmap threshold, Note [Host memory and glibc malloc] in tools/cli/main.cpp), so each shard
-// paid for first-touching them page by page, about 9,000 page faults, on the one thread that
-// builds every shard: tools/bench/shard_bench measured the build at 200,000 captions/s with
-// those faults against 690,000/s without (docs/benchmarks.md), and a text job cannot go faster
-// than its builder however many GPUs embed it. So the builder keeps them: the rows in vectors
-// it reuses, the in-memory file in a block that HDF5's core driver takes through the file image
-// callbacks (CoreFileBlock: it gives the block back when the file closes, and the next shard
-// gets it again), and the image in the caller's string, whose capacity the committer hands back
-// after each commit (ShardCommitter). HDF5 still copies the file into the image: a copy of
-// pages already resident costs a few milliseconds a shard; the faults cost tens. Memory kept
-// between shards: the block and the rows, about two images.
+// A shard of 8,192 captions x 768 values is 12.6 MB, and building one needs buffers of about
+// that size: the rows in the stored type, HDF5's in-memory file, and the image copied out of it.
+// Buffers that large, allocated afresh, are fresh mappings from the kernel (main()'s fixed mmap
+// threshold, Note [Host memory and glibc malloc] in tools/cli/main.cpp), so each shard would pay
+// for first-touching them page by page, about 9,000 page faults, on the one thread that builds
+// every shard; those faults held the build to under a third of its rate (tools/bench/shard_bench;
+// docs/benchmarks.md, "The shard builder, and the text path's own ceiling"), and a text job
+// cannot go faster than its builder however many GPUs embed it. So the builder keeps them: the
+// rows in vectors it reuses, the in-memory file in a block that HDF5's core driver takes through
+// the file image callbacks (CoreFileBlock: it gives the block back when the file closes, and the
+// next shard gets it again), and the image in the caller's string, whose capacity the committer
+// hands back after each commit (ShardCommitter). HDF5 still copies the file into the image: a
+// copy of pages already resident costs a few milliseconds a shard; the faults cost tens. Memory
+// kept between shards: the block and the rows, about two images.
 
 // The block HDF5's core driver keeps one in-memory file in, handed out through the file image
 // callbacks and kept for the next file. A request while the block is taken (none with these
@@ -759,12 +759,11 @@ void ShardWriter::build(const ShardContents& contents, std::string& image) const
 }
 
 // Note [Hashing while the shard is written]
-// Writing the image and hashing it take about as long (shard_bench: SHA-256 of a 12.7 MB shard
-// about 10 ms at 1.2 GB/s, the writing about 7 ms on the development machine), and the writing
-// mostly waits for the disk. The image is in memory and does not change, so it is hashed on a
-// thread of its own while the temporary file is written and synced; the name, which holds the
-// hash (Note [Shard files named by their bytes] in shard_file_name.cpp), is needed only for the
-// rename that follows.
+// Writing the image and hashing it take about as long (tools/bench/shard_bench: about 10 ms each
+// for a 12.7 MB shard), and the writing mostly waits for the disk. The image is in memory and does
+// not change, so it is hashed on a thread of its own while the temporary file is written and
+// synced; the name, which holds the hash (Note [Shard files named by their bytes] in
+// shard_file_name.cpp), is needed only for the rename that follows.
 CommittedShard ShardWriter::commit(int64_t shard_index, const std::string& image) const {
   CommittedShard committed;
   // A write that throws leaves through the future's destructor, which waits for the hash.

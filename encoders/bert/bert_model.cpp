@@ -91,9 +91,10 @@ at::ScalarType scalar_type(const SafetensorsTensor& view, const std::string& nam
 // Note [Loading BERT's weights]
 // Checkpoints are mostly float32 (save_pretrained's default) and a GPU run computes in bfloat16
 // or float16. A blocking `.to(device, dtype)` converts on the CPU, one tensor at a time, before
-// it copies: on one H200 that took 0.40 s for BERT-base's 440 MB. Copying the file's bytes as
-// they are and converting on the GPU takes 0.08-0.11 s (docs/benchmarks.md, the start-up
-// timeline). Both round to nearest even, so the weights are the same bits either way.
+// it copies, which made loading BERT-base's weights about four times slower than copying the
+// file's bytes as they are and converting on the GPU (docs/benchmarks.md, "What bounds it, and
+// the start-up timeline"). Both round to nearest even, so the weights are the same bits either
+// way.
 
 // Finds the folder's weights under their BertModel names, with or without the "bert." prefix
 // that task heads (BertForMaskedLM, ...) add, and checks each shape against config.json.

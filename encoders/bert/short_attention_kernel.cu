@@ -10,10 +10,9 @@
 // Captions are short: the benchmark's are 3 to 40 tokens, 13.6 on average. The variable-length
 // flash-attention kernel works in tiles of 128 queries per sequence and head, so a 14-token
 // sequence leaves nine tenths of each tile empty, and its fixed cost per tile (loading the tile,
-// setting up the pipeline) is paid 4,096 x 12 times a batch. Measured on one H200 on a batch of
-// 4,096 captions (55,000 tokens) of BERT-base in bfloat16 (tools/bench/bert_forward_probe.py):
-// attention was 13.6 of the forward's 33.5 ms, as much as every matmul together (12.9 ms),
-// although it reads and writes only 4 x [T, 768] values a layer.
+// setting up the pipeline) is paid 4,096 x 12 times a batch. On a batch of captions attention
+// took as long as every matmul of BERT-base's forward together, although it reads and writes
+// only 4 x [T, 768] values a layer (docs/benchmarks.md, "Attention for short captions").
 //
 // So for batches of short sequences (at most kShortAttentionMaxLength tokens each) one block of
 // 4 warps takes one (sequence, head): it copies that head's L queries, keys and values (16-byte
@@ -23,12 +22,10 @@
 // attention; the probabilities stay float32 for the product with V (flash rounds them to 16 bits
 // first). Keys sit one 4-byte word apart per row beyond their length, so lanes reading the same
 // column of different keys hit different banks. The work is O(L^2 d) on CUDA cores, not tensor
-// cores, while flash attention costs about the same per sequence at any length up to its tile: on
-// one H200 (tools/bench/attention_bench, 55,000 tokens, 12 heads of 64) flash took 0.27-0.30 us a
-// sequence, this kernel 0.04 us at 4 tokens, 0.20 at 16, 0.36 at 24, 0.56 at 32 and 2.1 at 64.
-// So a batch takes this kernel only while the mean of its squared lengths is below 22^2
-// (kShortAttentionMaxMeanSquaredLength): the benchmark's captions (N(12, 5) words) average about
-// 210, and there the kernel took 0.73 ms a layer against flash's 1.11.
+// cores, while flash attention costs about the same per sequence at any length up to its tile.
+// The two cost the same at about 22 tokens (tools/bench/attention_bench; docs/benchmarks.md,
+// "Attention for short captions"), so a batch takes this kernel only while the mean of its
+// squared lengths is below 22^2 (kShortAttentionMaxMeanSquaredLength).
 
 namespace precompute {
 namespace {

@@ -11,9 +11,9 @@ namespace precompute {
 constexpr int kShortAttentionMaxLength = 64;
 constexpr int kShortAttentionMaxHeadDim = 128;
 // The kernel's time per sequence grows with its length squared, flash attention's hardly at all
-// below 128 tokens: measured on one H200 (tools/bench/attention_bench, docs/benchmarks.md) they
-// cost the same at about 22 tokens, so a batch takes the kernel while the mean of its
-// sequences' squared lengths stays below 22^2.
+// below 128 tokens; they cost the same at about 22 tokens (Note [Attention for short sequences]
+// in short_attention_kernel.cu), so a batch takes the kernel while the mean of its sequences'
+// squared lengths stays below 22^2.
 constexpr int64_t kShortAttentionMaxMeanSquaredLength = 484;
 
 struct ShortAttentionParams {

@@ -1,6 +1,7 @@
 #pragma once
 // A failure record: why one modality of one sample produced no embedding. Every sample of a run
-// ends up embedded or recorded here (Note [Nothing is lost] in pipeline/graph.cpp).
+// ends up embedded or recorded here (Note [Nothing is lost] in
+// pipeline/stages/shard_assembler.cpp).
 
 #include <cstdint>
 #include <optional>

@@ -324,10 +324,8 @@ void strip_bom(std::string& line) {
 // stored as written, a repeated key in it included, for the trainer's JSON reader to judge as it
 // judges any JSON. A number beyond a double's range (1e400) the parser refuses, whatever its key:
 // the message says to write it as a string, which keeps its text. The pass costs about 5% of
-// reading a manifest (tools/bench/manifest_bench: 1,000,000 lines of 160 bytes on one thread of a
-// 2-core machine, 2.30 s of CPU before it, 2.43 s with it); keeping values that are not strings it
-// pays for itself, since no value is written out again (four kept columns: 2.85 s before, 2.77 s
-// with it).
+// reading a manifest's lines (tools/bench/manifest_bench); where values that are not strings are
+// kept it pays for itself, since no value is written out again.
 
 // A member of a JSON object as the text writes it: the key between its quotes (escapes not
 // decoded), and the value from its first byte to its last.
@@ -499,15 +497,15 @@ void note_keys(const std::vector<JsonMember>& members, std::vector<std::string_v
 }
 
 // Note [Parsing a manifest on every core]
-// Read line by line on one thread, a JSONL manifest of 1,000,000 captions took 3.8 s on the GPU
-// machine, a quarter of the whole text job, nearly all of it parsing each line's JSON and
-// checking its sample. The file is read in blocks of whole lines, and three stages run at once
-// (a oneTBB pipeline): one thread reads the next blocks, every core parses and checks the lines
-// of a block each, and one thread adds the parsed samples in order, doing only what needs the
-// lines before (unique ids, look-alike ids). Lines are views into their block, so that neither
-// the reading nor the adding allocates a string per line. A line's error is kept and thrown
-// when the adding reaches the line, so the error reported is the first a line-by-line read
-// meets, whatever the threads did first.
+// Parsing each line's JSON and checking its sample is nearly all of reading a manifest, and on
+// one thread it was a quarter of a 1,000,000-caption text job (docs/benchmarks.md, "What bounds
+// it, and the start-up timeline"). So the file is read in blocks of whole lines, and three stages
+// run at once (a oneTBB pipeline): one thread reads the next blocks, every core parses and checks
+// the lines of a block each, and one thread adds the parsed samples in order, doing only what
+// needs the lines before (unique ids, look-alike ids). Lines are views into their block, so that
+// neither the reading nor the adding allocates a string per line. A line's error is kept and
+// thrown when the adding reaches the line, so the error reported is the first a line-by-line
+// read meets, whatever the threads did first.
 
 // One line of a JSONL manifest as a sample (none for a blank line). `seen` marks the kept
 // columns the line has; it may be shared by threads. `members` is room for the line's members,

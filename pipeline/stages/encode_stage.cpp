@@ -17,8 +17,8 @@ EncoderPool::EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders)
   // Note [Every device gets batches]
   // Calls are handed out first in, first out, and the pool starts with the devices
   // interleaved, so that batches go round the devices. Handing out the last one returned (as a
-  // stack would) gave every batch to one GPU whenever batches came slower than the GPU took
-  // them, as video's do when decoding is the bound: on two GPUs, cuda:0 got none.
+  // stack would) gives every batch to one GPU whenever batches come slower than the GPU takes
+  // them, as video's do when decoding is the bound: on two GPUs, one gets none.
   int most_calls = 0;
   for (auto& e : encoders_) most_calls = std::max(most_calls, e->info().concurrent_calls);
   for (int call = 0; call < most_calls; ++call) {

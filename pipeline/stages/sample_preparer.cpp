@@ -119,18 +119,15 @@ void SamplePreparer::open_nvdec(const Config& config, State& state) {
 // Note [CPU decoders at a lower priority]
 // With NVDEC sessions open, CPU decodes run on threads of their own at a nice value 10 above
 // the process's (LowPriorityThreads), the thread that took the file waiting for them. A file on
-// NVDEC costs the cores little (about 45 CPU ms for a 720p clip against 380 on the CPU
-// decoders), but its thread must run the moment the engine hands back a picture or the engine
-// waits for its next one; at the same priority, the busy CPU decoders delay it. Measured on an
-// H200 with 16 cores, the decoders alone (tools/bench/decoders_side_by_side.sh, 720p H.264, 1
-// frame/s): 7 sessions decoded 55.6 clips/s alone and 45.2 beside 16 CPU decoders at the same
-// priority; with the CPU decoders at nice 10, 52.2, while the CPU decoders kept their 36.0 (36.4
-// alone), so both together from 81.0 to 88.2 clips/s. Nice 19 gave NVDEC no more (52.5) and
-// took from the CPU (34.1). In the whole job (800 clips, ResNet-50, 1 frame/s; on a faster
-// machine) NVDEC took 7% more of the clips, but clips/s moved only +0.9% over the whole process
-// and +1.8% on the run, inside the noise (docs/benchmarks.md, "CPU decoders at a lower
-// priority"). Linux cannot raise a thread's priority back without privilege, hence threads kept
-// for this rather than the graph's own threads lowered and raised per file.
+// NVDEC costs the cores little (a tenth of a CPU decode's time), but its thread must run the
+// moment the engine hands back a picture or the engine waits for its next one; at the same
+// priority, the busy CPU decoders delay it. With the CPU decoders at nice 10 the engines get
+// back most of what the CPU decoders took from them, and the CPU decoders lose nothing (the
+// decoders alone: 81 clips/s together at the same priority, 88 at nice 10); nice 19 gives the
+// engines no more and takes from the CPU (docs/benchmarks.md, "CPU decoders at a lower
+// priority", which also has the whole job, where the gain is within the noise). Linux cannot
+// raise a thread's priority back without privilege, hence threads kept for this rather than the
+// graph's own threads lowered and raised per file.
 VideoFrames SamplePreparer::decode_video_on(const std::filesystem::path& file) const {
   const State& s = *state_;
   if (!s.nvdec) {

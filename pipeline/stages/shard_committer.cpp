@@ -53,16 +53,16 @@ void ShardCommitter::finish() {
 }
 
 // Note [When the view is rewritten]
-// The one-file view (storage/dataset_view.hpp) names every committed shard, so rewriting it
-// costs time in proportion to the shards so far, under the HDF5 lock that the shard builder
-// needs too. Rewritten after every commit, a run of 1,000,000 captions in 122 shards spent
-// about as long on views as on shards (quadratic in the shard count). So after a commit it is
-// rewritten only when a second has passed since the last rewrite, and at least ten times as
-// long as that rewrite took (at most a tenth of the writer's time, however many shards), or
-// when the commit replaced a shard (the view must never name a file that is about to be
-// deleted); and always once the run's last shard is committed (finish(), or the destructor
-// after a failure or a stop). Between rewrites the view shows fewer shards than index.json,
-// never a file that does not exist.
+// The one-file view (storage/dataset_view.hpp) names every committed shard, so rewriting it costs
+// time in proportion to the shards so far, under the HDF5 lock that the shard builder needs too.
+// Rewritten after every commit, the view costs time quadratic in the shard count: a run of
+// 1,000,000 captions in 122 shards spent about as long on views as on shards (docs/benchmarks.md,
+// "The shard builder, and the text path's own ceiling"). So after a commit it is rewritten only
+// when a second has passed since the last rewrite, and at least ten times as long as that rewrite
+// took (at most a tenth of the writer's time, however many shards), or when the commit replaced a
+// shard (the view must never name a file that is about to be deleted); and always once the run's
+// last shard is committed (finish(), or the destructor after a failure or a stop). Between rewrites
+// the view shows fewer shards than index.json, never a file that does not exist.
 void ShardCommitter::refresh_view() {
   const auto started = Clock::now();
   refresh_dataset_view(output_dir_, index_);  // never throws: the view is a convenience

@@ -10,15 +10,14 @@ most `max_open_files` stay open (least recently used closed first).
 
 Note [Coalesced reads]: every h5py read has a fixed cost (tens of microseconds) whatever its
 size, so rows wanted together are sorted by shard and row. A shard's small per-row arrays (ids,
-seq, presence flags, per-step offsets, kept columns) are read whole once per process and kept. Pooled vectors
-are read as one slice from the first to the last wanted row of a shard (up to `slice_bytes`,
-32 MiB): HDF5 reads and checksums whole chunks (256 rows) anyway, and a random batch touches
-most chunks of each shard, so one call that copies some rows too many beats one call per row run
-(h5py's point selections were slower still). Longer spans, and per-step values, whose rows differ
-in length, are read as slices over runs of rows no more than `coalesce_gap` apart, then picked
-out in memory. Measured on the GPU machine (docs/benchmarks.md, "Training from the shards"): random
-batches of 1,024 went from one read per run of rows and array (6,699 samples/s with 8 workers)
-to this.
+seq, presence flags, per-step offsets, kept columns) are read whole once per process and kept.
+Pooled vectors are read as one slice from the first to the last wanted row of a shard (up to
+`slice_bytes`, 32 MiB): HDF5 reads and checksums whole chunks (256 rows) anyway, and a random
+batch touches most chunks of each shard, so one call that copies some rows too many beats one
+call per row run (h5py's point selections are slower still). Longer spans, and per-step values,
+whose rows differ in length, are read as slices over runs of rows no more than `coalesce_gap`
+apart, then picked out in memory. One read per run of rows and array gave random batches about a
+sixth of this rate (docs/benchmarks.md, "The reader").
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ raises with its exit code and log; medians pick the middle run. The scripts that
 GPU machine call it the same way (gpu_memory_budget.run is run here on the CPU)."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -79,6 +80,7 @@ def test_a_failed_run_raises_with_its_exit_and_log(binary, text_job, tmp_path):
     assert run.summary["end"] == "refused" and run.summary["exit_code"] == 2
     same = precompute_run.run_precompute(binary, text_job, tmp_path / "bad", ok=(0, 2))
     assert same.returncode == 2 and same.figures()["with_embeddings"] == 0
+    assert "no-model.pt" in same.error_message() and same.calibrations() == []
 
 
 def test_a_timeout_kills_the_run(binary, text_job, tmp_path):
@@ -93,4 +95,33 @@ def test_gpu_memory_budget_reads_a_run_through_it(binary, text_job, tmp_path):
     res = gpu_memory_budget.run(binary, text_job, tmp_path, "cpu", tmp_path, timeout=300)
     assert res["returncode"] == 0 and res["summary"]["with_embeddings"] == 20
     assert res["oom_splits"] == 0 and "peak_reserved_mib" not in res
+    assert res["token_limit"] is None and res["refusal"] == ""
     assert (tmp_path / "budget-cpu.log").exists()
+
+
+def fake_run(log: str) -> "precompute_run.Run":
+    return precompute_run.Run([], 0, 1.0, 1.0, 1, Path("x.log"), log, Path("x.json"), None)
+
+
+def test_the_texts_read_from_the_log_are_read_here_only():
+    """The calibration and the debug timeline, the two figures the summary does not record, are
+    read by Run's accessors; no script in tools/bench has a pattern over precompute's log."""
+    log = ("[06:00:01.250] [info] text on cuda:0: 1.50 KiB per unit + 12.0 MiB per call; "
+           "164 MiB per call for a largest sample, 1.20 GiB per call given; at most 65536 units "
+           "per batch (largest samples: 256 units each); a warm-up batch of 256 reserved 1 GiB\n"
+           "[06:00:02.000] [debug] start-up: encoders loaded\n"
+           "[06:00:03.500] [info] done: 20 samples in 1.50 s\n")
+    run = fake_run(log)
+    assert run.calibrations() == [{"modality": "text", "device": "cuda:0", "need": "164 MiB",
+                                   "share": "1.20 GiB", "units": 65536}]
+    from datetime import datetime
+    started = datetime(2026, 12, 5, 6, 0, 1)
+    assert run.timeline(started, datetime(2026, 12, 5, 6, 0, 4)) == [
+        [1.0, "start-up: encoders loaded"], [2.5, "done: 20 samples in 1.50 s"],
+        [3.0, "the process has ended"]]
+    assert precompute_run.table_row(["a", 1, None]) == "| a | 1 | - |"
+    for script in (ROOT / "tools" / "bench").glob("*.py"):
+        if script.name != "precompute_run.py":
+            text = script.read_text()
+            assert not re.search(r"\bre\.\w+\([^()]*(\([^()]*\)[^()]*)*\w\.log\b", text), script
+            assert "per call for a" not in text and "at most (" not in text, script

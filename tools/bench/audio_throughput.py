@@ -365,9 +365,9 @@ def table(rows: list, unit: str) -> str:
     lines = [f"| who | runs | whole {unit}/s | run {unit}/s | whole audio h/s | run audio h/s "
              "| peak RSS MiB |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['who']} | {r['runs']} | {r['whole_tracks_per_s']} | "
-                     f"{r['run_tracks_per_s']} | {r['whole_audio_h_per_s']} | "
-                     f"{r['run_audio_h_per_s']} | {r['peak_rss_mib']} |")
+        lines.append(precompute_run.table_row(
+            [r["who"], r["runs"], r["whole_tracks_per_s"], r["run_tracks_per_s"],
+             r["whole_audio_h_per_s"], r["run_audio_h_per_s"], r["peak_rss_mib"]]))
     return "\n".join(lines)
 
 

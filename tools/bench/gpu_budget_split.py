@@ -19,7 +19,6 @@ gpu_budget_split.json and .md under --out; exit 1 when a check fails.
 """
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -105,14 +104,11 @@ def main() -> int:
         except precompute_run.PrecomputeFailed as e:
             r = e.run
         wall = r.wall_s
-        # Each encoder's share is in the calibration's log lines, not in the summary.
-        shares = re.findall(r"\] (video|audio|text) on cuda:0: .*?; (\S+ \S+) per call for a "
-                            r"largest sample, (\S+ \S+) per call given; at most (\d+) units",
-                            r.log)
+        shares = [(c["modality"], c["need"], c["share"], c["units"])
+                  for c in r.calibrations() if c["device"] == "cuda:0"]
         reserved = r.gpu_peak_mib("cuda:0") if r.returncode == 0 and r.summary else None
         peak = round(reserved) if reserved is not None else None
-        refusal = next((line for line in r.log.splitlines()
-                        if "[error] run.gpu_memory_budget" in line), "")
+        refusal = r.error_message()
         run = {"budget": budget, "cmd": " ".join(r.cmd), "returncode": r.returncode,
                "wall_s": round(wall, 2), "shares": shares, "peak_reserved_mib": peak,
                "refusal": refusal, "tail": r.log.splitlines()[-6:]}
@@ -126,7 +122,7 @@ def main() -> int:
                            and peak <= limit))
         else:
             checks.append((f"budget {budget}: refused at start-up (exit 2) by the calibration, "
-                           f"naming the budget and the fix: {refusal[15:]}",
+                           f"naming the budget and the fix: {refusal}",
                            r.returncode == 2 and "raise the budget" in refusal))
 
     results["checks"] = [{"check": c, "ok": ok} for c, ok in checks]
@@ -136,8 +132,8 @@ def main() -> int:
     for run in results["runs"]:
         shares = "; ".join(f"{m}: {need} -> {given}, {units}" for m, need, given, units
                            in run["shares"]) or run["refusal"][-220:]
-        lines.append(f"| {run['budget']} | {run['returncode']} | {shares} | "
-                     f"{run['peak_reserved_mib']} MiB |")
+        lines.append(precompute_run.table_row([run["budget"], run["returncode"], shares,
+                                               f"{run['peak_reserved_mib']} MiB"]))
     lines += [""] + [f"- {'PASS' if ok else 'FAIL'}: {c}" for c, ok in checks]
     report = "\n".join(lines)
     (args.out / "gpu_budget_split.md").write_text(report + "\n")

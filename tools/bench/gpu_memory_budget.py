@@ -16,7 +16,6 @@ Writes gpu_memory_budget.json and gpu_memory_budget.md under --out; exit 1 when 
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
@@ -76,9 +75,10 @@ def run(binary: Path, cfg: dict, work: Path, name: str, out_dir: Path, *flags: s
     done = p.returncode == 0 and p.summary is not None
     res = {"name": name, "cmd": " ".join(p.cmd), "returncode": p.returncode, "wall_s": p.wall_s,
            "summary": p.figures() if done else {}}
-    # The limit the start-up calibration chose is in its log line, not in the summary.
-    m = re.search(r"at most (\d+) units per batch", p.log)
-    res["token_limit"] = int(m.group(1)) if m else None
+    # The limit the start-up calibration chose for the text encoder (None: none was chosen).
+    res["token_limit"] = next((c["units"] for c in p.calibrations()
+                               if c["modality"] == "text"), None)
+    res["refusal"] = p.error_message()
     if done and p.gpu_peak_mib("cuda:0") is not None:
         res["peak_reserved_mib"] = round(p.gpu_peak_mib("cuda:0"))
         res["peak_allocated_mib"] = round(p.gpu_peak_mib("cuda:0", "allocated"))
@@ -132,9 +132,8 @@ def main() -> int:
     small = run(binary, config(model_dir, manifest, args.work / "out-small", "240MiB"),
                 args.work, "240MiB", args.out)
     results["too_small"] = small
-    log_text = (args.out / "budget-240MiB.log").read_text()
     checks.append(("budget 240MiB (weights + less than one sample) refused at start-up, exit 2",
-                   small["returncode"] == 2 and "run.gpu_memory_budget" in log_text))
+                   small["returncode"] == 2 and "run.gpu_memory_budget" in small["refusal"]))
 
     # Another process holds all but 6 GiB; precompute is told 40 GiB.
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(6 * GIB), "120"],
@@ -170,17 +169,18 @@ def main() -> int:
     lines = ["| budget | token limit per batch | peak reserved (allocated) | texts/s |",
              "|---|---:|---:|---:|"]
     for r in results["runs"]:
-        lines.append(f"| {r['name']} | {r['token_limit'] or '(config: 4,000,000)'} | "
-                     f"{r.get('peak_reserved_mib')} MiB ({r.get('peak_allocated_mib')} MiB) | "
-                     f"{r['summary'].get('per_s')} |")
+        lines.append(precompute_run.table_row(
+            [r["name"], r["token_limit"] or "(config: 4,000,000)",
+             f"{r.get('peak_reserved_mib')} MiB ({r.get('peak_allocated_mib')} MiB)",
+             r["summary"].get("per_s")]))
     if doctor:
         enc = doctor["encoders"][0]
         lines += ["", "doctor (text, largest sample 256 tokens):", "",
                   "| batch | peak reserved | seconds |", "|---:|---:|---:|"]
         for b in enc["batches"]:
             if not b.get("out_of_memory"):
-                lines.append(f"| {b['batch']} | {b['peak_reserved'] / 2**20:.0f} MiB | "
-                             f"{b['seconds']:.3f} |")
+                lines.append(precompute_run.table_row(
+                    [b["batch"], f"{b['peak_reserved'] / 2**20:.0f} MiB", f"{b['seconds']:.3f}"]))
         lines.append(f"\npeak per sample {enc.get('peak_per_sample')} B; largest batch in 4 GiB: "
                      f"{enc.get('largest_batch_in_budget')}")
     lines += [""] + [f"- {'PASS' if ok else 'FAIL'}: {c}" for c, ok in checks]

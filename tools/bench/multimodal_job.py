@@ -38,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from audio_throughput import (SAMPLE_RATE, cosines, export_audio_model, peer_env,  # noqa: E402
                               read_shards, run_process, time_precompute, write_manifest)
+import precompute_run  # noqa: E402  runs precompute, reads its summary, writes table rows
 import text_throughput as tt  # noqa: E402
 
 import statistics  # noqa: E402
@@ -323,8 +324,9 @@ def main(argv=None) -> int:
     (args.out / "multimodal_job.json").write_text(json.dumps(report, indent=1))
     md = ["| who | runs | whole samples/s | run samples/s | peak RSS MiB |",
           "|---|---:|---:|---:|---:|"]
-    md += [f"| {r['who']} | {r['runs']} | {r['whole_samples_per_s']} | "
-           f"{r['run_samples_per_s']} | {r['peak_rss_mib']} |" for r in results]
+    md += [precompute_run.table_row([r["who"], r["runs"], r["whole_samples_per_s"],
+                                     r["run_samples_per_s"], r["peak_rss_mib"]])
+           for r in results]
     if parity:
         md.append("\nParity (cosine per sample, precompute vs peer): " + "; ".join(
             f"{m} min {p['min']} median {p['median']}" for m, p in parity.items()))

@@ -8,7 +8,7 @@
 #   bash tools/bench/nvdec_engines.sh [CLIP_DIR]
 # SESSION_COUNTS (default "7 14 21"), SAMPLINGS (default "fps1 nf4"; "all": every frame decoded,
 # decode_bench --mode plain), CONTEXTS (default "shared": the sessions in one CUDA context, as
-# precompute opens them; "own": a context each, as before 2026-12-03), REPEAT (default 40: the
+# precompute opens them; "own": a context each, decode_bench --own-contexts), REPEAT (default 40: the
 # clips listed that many times). One JSON line a case: decode_bench's line with the sampling
 # and the utilisation samples' mean, median, max and count added.
 set -uo pipefail

@@ -26,13 +26,12 @@ Writes $OUT/text_scale.json and prints a table.
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,25 +39,7 @@ import precompute_run  # noqa: E402  runs precompute and reads its summary
 from text_throughput import GpuMemorySampler, make_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-LOG_LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3})\] \[[a-z]+\] "
-                      r"((?:start-up|exit|input|compute): .*|done: \d+ samples in [\d.]+ s)")
 
-
-def timeline(log: str, started: datetime, ended: datetime) -> list:
-    """[seconds from the process's start, what] for the log's start-up and exit lines (their
-    timestamps are the wall clock's, to the millisecond), then the process's end."""
-    rows = []
-    for line in log.splitlines():
-        m = LOG_LINE.match(line)
-        if not m:
-            continue
-        h, mi, sec, ms = (int(g) for g in m.groups()[:4])
-        at = started.replace(hour=h, minute=mi, second=sec, microsecond=ms * 1000)
-        if at < started - timedelta(hours=12):  # the run crossed midnight
-            at += timedelta(days=1)
-        rows.append([round((at - started).total_seconds(), 3), m.group(5)])
-    rows.append([round((ended - started).total_seconds(), 3), "the process has ended"])
-    return rows
 
 PEER = r'''
 import json, sys, time
@@ -125,7 +106,7 @@ def time_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, d
            "gpu_util_mean": sampler.utilisation_means() if sampler else {},
            "peak_rss_mb": run.peak_rss_mb}
     if log_level in ("debug", "trace"):
-        got["timeline"] = timeline(run.log, started, ended)
+        got["timeline"] = run.timeline(started, ended)
         for at, what in got["timeline"]:
             print(f"  {tag} {at:7.3f} s  {what}", flush=True)
     return got

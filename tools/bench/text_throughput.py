@@ -632,7 +632,7 @@ def report(r: dict, args) -> str:
     rows = []
 
     def row(figure, value, target="", ratio="", ok=""):
-        rows.append(f"| {figure} | {value} | {target} | {ratio} | {ok} |")
+        rows.append(precompute_run.table_row([figure, value, target, ratio, ok]))
 
     def yes(cond):
         return "-" if cond is None else ("yes" if cond else "**no**")

@@ -81,9 +81,9 @@ int main_impl(int argc, char** argv) {
 // When a command returns, what it wrote is closed, synced and renamed into place (a run is safe
 // at every step against SIGKILL, which the resume tests send), and its log lines are written.
 // What exit() would add is teardown no one needs: LibTorch's static objects and the CUDA
-// runtime's exit handlers, which take down the device's context. After a text job on one H200
-// that took 0.35 s in the run's process and 0.18 s more in the supervisor's, against 0.13 and
-// 0.02 s without (docs/benchmarks.md). So main flushes the log and the standard streams and ends
+// runtime's exit handlers, which take down the device's context: after a GPU text job, a few
+// tenths of a second between the run's process and the supervisor's (docs/benchmarks.md, "What
+// bounds it, and the start-up timeline"). So main flushes the log and the standard streams and ends
 // with _Exit; the kernel takes back the memory and the device either way. Not under Address- or
 // ThreadSanitizer, whose leak check and exit code come from handlers that run at exit.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -115,10 +115,10 @@ int main(int argc, char** argv) {
   // Note [Host memory and glibc malloc]
   // Decoders and batches allocate and free buffers of hundreds of KB to MBs from many threads.
   // glibc raises its mmap threshold each time such a buffer is freed, after which big buffers
-  // come from per-thread heaps that rarely shrink: resident memory then drifts up with run time
-  // (measured: 1001 MB peak for 200 samples, 1115-1180 MB for 2,000). A fixed threshold keeps
-  // every buffer above 256 KiB in its own mapping, returned to the system when freed (706 vs
-  // 744 MB). Set before any thread starts.
+  // come from per-thread heaps that rarely shrink: resident memory then drifts up with run time.
+  // A fixed threshold keeps every buffer above 256 KiB in its own mapping, returned to the system
+  // when freed, so peak memory stays flat as runs grow (docs/benchmarks.md, "Host memory does not
+  // grow with the dataset"). Set before any thread starts.
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   precompute::setup_logging("info");
   const int code = precompute::main_impl(argc, argv);
