@@ -449,6 +449,44 @@ class RgbConverter {
   std::vector<uint8_t> scaled_;  // libswscale's output, when it still has to be turned
 };
 
+// A video file opened for sampling: its video stream, within the size and length limits, and
+// its duration in the stream's time base from the stream's start (Note [Sampling frames]).
+struct OpenedVideo {
+  ffmpeg::InputFile input;
+  const AVStream* stream;
+  int64_t duration;
+  double duration_s;
+};
+
+OpenedVideo open_video(const std::filesystem::path& file, const VideoDecodeOptions& options,
+                       const ffmpeg::Deadline& deadline) {
+  const ffmpeg::InputLimits limits{options.max_file_bytes, options.max_pixels};
+  ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
+  const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_VIDEO, file);
+  const int width = stream->codecpar->width;
+  const int height = stream->codecpar->height;
+  PC_MEDIA_CHECK(int64_t{width} * height <= options.max_pixels, FailureCategory::kTooLarge,
+                 file.string(), ": the picture is ", width, "x", height, ", over the limit of ",
+                 options.max_pixels, " pixels (video.max_pixels)");
+
+  std::optional<int64_t> duration = ffmpeg::header_duration(input.format(), stream);
+  if (!duration) {
+    duration = measure_duration(input.format(), stream, deadline, file);
+    // Reading from the start again: reopening works for every container, seeking does not.
+    const int index = stream->index;
+    input = ffmpeg::open_input(file, limits, deadline);
+    PC_MEDIA_CHECK(index < static_cast<int>(input.format()->nb_streams),
+                   FailureCategory::kDecodeError, file.string(),
+                   ": the file changed while it was read");
+    stream = input.format()->streams[index];
+  }
+  const double duration_s = static_cast<double>(*duration) * av_q2d(stream->time_base);
+  PC_MEDIA_CHECK(duration_s <= options.max_duration_s, FailureCategory::kTooLong, file.string(),
+                 ": the video lasts ", duration_s, " s, over the limit of ", options.max_duration_s,
+                 " s (video.max_duration_s)");
+  return OpenedVideo{std::move(input), stream, *duration, duration_s};
+}
+
 }  // namespace
 
 VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSection& run) {
@@ -494,35 +532,18 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   };
   double opened_ms = 0.0;
   double first_frame_ms = -1.0;
-  const ffmpeg::InputLimits limits{options.max_file_bytes, options.max_pixels};
-  ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
-  const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_VIDEO, file);
+  OpenedVideo opened = open_video(file, options, deadline);
+  ffmpeg::InputFile& input = opened.input;
+  const AVStream* const stream = opened.stream;
+  const int64_t duration = opened.duration;
   const int width = stream->codecpar->width;
   const int height = stream->codecpar->height;
-  PC_MEDIA_CHECK(int64_t{width} * height <= options.max_pixels, FailureCategory::kTooLarge,
-                 file.string(), ": the picture is ", width, "x", height, ", over the limit of ",
-                 options.max_pixels, " pixels (video.max_pixels)");
-
-  std::optional<int64_t> duration = ffmpeg::header_duration(input.format(), stream);
-  if (!duration) {
-    duration = measure_duration(input.format(), stream, deadline, file);
-    // Reading from the start again: reopening works for every container, seeking does not.
-    const int index = stream->index;
-    input = ffmpeg::open_input(file, limits, deadline);
-    PC_MEDIA_CHECK(index < static_cast<int>(input.format()->nb_streams),
-                   FailureCategory::kDecodeError, file.string(),
-                   ": the file changed while it was read");
-    stream = input.format()->streams[index];
-  }
   // Read before any seek moves the demuxer (Note [Sample clock] in ffmpeg_common.hpp).
   const ffmpeg::SampleClock clock(input.format());
   const AVRational time_base = stream->time_base;
-  const double duration_s = static_cast<double>(*duration) * av_q2d(time_base);
-  PC_MEDIA_CHECK(duration_s <= options.max_duration_s, FailureCategory::kTooLong, file.string(),
-                 ": the video lasts ", duration_s, " s, over the limit of ", options.max_duration_s,
-                 " s (video.max_duration_s)");
+  const double duration_s = opened.duration_s;
 
-  const std::vector<int64_t> offsets = sample_offsets(*duration, time_base, options, file);
+  const std::vector<int64_t> offsets = sample_offsets(duration, time_base, options, file);
   const auto count = static_cast<int64_t>(offsets.size());
   const size_t frame_bytes = size_t{3} * options.width * options.height;
 
@@ -639,8 +660,8 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   const auto before_read = [&](int64_t last_dts) {
     if (may_give_up) {
       double done = 0.0;
-      if (start != AV_NOPTS_VALUE && last_dts != AV_NOPTS_VALUE && *duration > 0) {
-        done = std::clamp(static_cast<double>(last_dts - start) / static_cast<double>(*duration),
+      if (start != AV_NOPTS_VALUE && last_dts != AV_NOPTS_VALUE && duration > 0) {
+        done = std::clamp(static_cast<double>(last_dts - start) / static_cast<double>(duration),
                           0.0, 1.0);
       }
       if (options.give_up(done, duration_s)) throw DecodeGivenUp(decoded, deadline.seconds_left());
