@@ -1,7 +1,8 @@
 #pragma once
 // Threads at a lower scheduling priority than the rest of the process, each running one job for
 // a caller that waits for it: how CPU video decodes step aside for the threads that keep NVDEC's
-// engines fed (Note [CPU decoders at a lower priority] in pipeline/stages/sample_preparer.cpp).
+// engines fed (Note [CPU decoders at a lower priority] in
+// pipeline/stages/video_decoder_scheduler.cpp).
 // Linux lets a thread lower its own priority but not raise it again without privilege, so the
 // lowered threads are kept for this and never return to the caller's work.
 

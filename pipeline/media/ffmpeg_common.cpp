@@ -703,4 +703,33 @@ int64_t decode_stream(AVFormatContext* format, const AVStream* stream, AVCodecCo
   return frames;
 }
 
+bool h264_packet_has_idr(const AVPacket& packet, const AVCodecParameters& parameters) {
+  if (parameters.codec_id != AV_CODEC_ID_H264 || packet.data == nullptr || packet.size <= 0) {
+    return false;
+  }
+  const uint8_t* data = packet.data;
+  const size_t size = static_cast<size_t>(packet.size);
+  constexpr int kIdr = 5;
+  const bool avcc = parameters.extradata_size >= 7 && parameters.extradata[0] == 1;
+  if (avcc) {
+    const size_t length_size = static_cast<size_t>((parameters.extradata[4] & 3) + 1);
+    size_t at = 0;
+    while (at + length_size < size) {
+      size_t length = 0;
+      for (size_t i = 0; i < length_size; ++i) length = (length << 8) | data[at + i];
+      at += length_size;
+      if (length == 0 || length > size - at) return false;
+      if ((data[at] & 0x1F) == kIdr) return true;
+      at += length;
+    }
+    return false;
+  }
+  for (size_t at = 0; at + 3 < size; ++at) {
+    if (data[at] == 0 && data[at + 1] == 0 && data[at + 2] == 1 && (data[at + 3] & 0x1F) == kIdr) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace precompute::ffmpeg

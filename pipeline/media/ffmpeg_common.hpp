@@ -239,6 +239,12 @@ class TimeInto {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Whether an H.264 packet holds an IDR slice (NAL unit type 5), in either packaging: length-
+// prefixed (MP4 and Matroska, the length's size in the avcC extradata of `parameters`) or Annex
+// B start codes. Anything it cannot read counts as no IDR, which only costs a flush (Note
+// [Seeking without a flush] in video_decoder.cpp). False for other codecs.
+bool h264_packet_has_idr(const AVPacket& packet, const AVCodecParameters& parameters);
+
 // Called with each decoded frame in presentation order. The callee may take the frame's buffers
 // (av_frame_move_ref); whatever it leaves is unreferenced after it returns. Returning false
 // stops decoding.

@@ -8,9 +8,9 @@
 
 // Note [Keeping NVDEC decoders across files]
 // Closing an FFmpeg decoder that decodes on NVDEC destroys the NVDEC decoder and frees its
-// picture pool, and both wait for the GPU: on an H200 closing took 240 ms a file with one
-// session, against under 1 ms a frame for decoding (docs/benchmarks.md, "NVDEC"), so a session
-// that opened a decoder per file spent most of its time opening and closing. PyNvVideoCodec
+// picture pool, and both wait for the GPU, far longer than decoding a frame takes
+// (docs/benchmarks.md, "NVDEC"): a session that opened a decoder per file would spend most of
+// its time opening and closing. PyNvVideoCodec
 // keeps one decoder and reconfigures it; here a session keeps its FFmpeg decoder open and feeds
 // it file after file:
 // - The decoder is opened without the stream's extradata, and every packet reaches it in Annex B
@@ -39,15 +39,16 @@
 // H.264 and HEVC only, the codecs with such a filter; others get a decoder per file.
 
 // Note [Files in a row without a flush]
-// A flush made FFmpeg's H.264 decoder remake the NVDEC decoder at every file, about 150 ms on an
-// H200 against 1 ms a frame (docs/benchmarks.md, "NVDEC"). A file whose first picture packet
-// holds an IDR slice needs no flush, for the reason a seek onto one needs none (Note [Seeking
-// without a flush] in video_decoder.cpp): the IDR drops every reference picture and restarts
+// A flush makes FFmpeg's H.264 decoder remake the NVDEC decoder, which costs far more than a
+// file's frames (docs/benchmarks.md, "NVDEC"). A file whose first picture packet holds an IDR
+// slice needs no flush, for the reason a seek onto one needs none (Note [Seeking without a
+// flush] in video_decoder.cpp): the IDR drops every reference picture and restarts
 // the picture order count, and FFmpeg outputs every picture queued before an IDR ahead of it,
 // so the previous file's pictures still in the reorder buffer come out first, in their order.
 // They are told apart by a tag: each file sets the decoder's reordered_opaque, which FFmpeg
 // copies into the pictures it starts while the file's packets go in (FileUse::owns), and the
-// caller drops pictures of other files before counting them. Otherwise, as before, a flush:
+// caller drops pictures of other files before counting them (VideoDecoderBackend::owns).
+// Otherwise a flush:
 // - when the previous file drained the decoder (read to its end: a draining decoder takes no
 //   packets until flushed; a file that reached its last target earlier leaves it taking them),
 // - when this file's first picture packet is no IDR (an open GOP's I-frame, a recovery point),

@@ -42,7 +42,7 @@ class KeptDecoder {
     }
     // The previous file's pictures were not flushed out (Note [Files in a row without a flush]
     // in kept_decoder.cpp), and the file's first packet is still to come: the caller tells
-    // first_packet() whether it holds an IDR slice (h264_packet_has_idr in video_decoder.cpp)
+    // first_packet() whether it holds an IDR slice (ffmpeg::h264_packet_has_idr)
     // before it goes in, and the decoder is flushed if not.
     bool flush_unless_idr() const { return flush_unless_idr_; }
     void first_packet(bool idr);

@@ -112,14 +112,12 @@ class ContextScope {
 // sessions' and cannot leave LibTorch's context unusable for the encoders, and FFmpeg's context
 // flags need not match LibTorch's (FFmpeg refuses a primary context started with other flags).
 // Each session has a stream of its own in it, and a device of FFmpeg's own around it (FFmpeg
-// takes the stream from the device). Until 2026-12-03 each session made a context of its own,
-// which the driver makes one at a time: on an H200 7 sessions took 1.05 s to open and 14 took
-// 2.11 s, against 0.24 and 0.21 s in one context, and with a context each, 14 sessions lost in
-// start-up and exit what the engines gave (docs/benchmarks.md, "The engines' own bound"). With
-// one context and 14 sessions a job of 800 clips ran 13% faster over the whole process than
-// with 7 sessions in a context each. The cost of sharing: an error that spoils a context (a
-// fault in the conversion kernel, say) now stops all of the GPU's sessions rather than one;
-// their files fall back to the CPU as on any NVDEC error, so nothing is lost but speed. The
+// takes the stream from the device). The driver makes contexts one at a time, so a context per
+// session would make start-up and exit grow with the sessions, and with two sessions per engine
+// eat what the extra sessions give (docs/benchmarks.md, "The engines' own bound"); one context
+// opens in about the same time whatever the sessions. The cost of sharing: an error that
+// spoils a context (a fault in the conversion kernel, say) stops all of the GPU's sessions
+// rather than one; their files fall back to the CPU as on any NVDEC error, so nothing is lost but speed. The
 // kernel, the streams and the buffers live in the shared context; only host memory crosses.
 
 bool nvdec_built() { return true; }
@@ -130,18 +128,13 @@ bool nvdec_built() { return true; }
 // only with more sessions than engines. The engine count differs by GPU (7 on an H100 or H200,
 // 5 on an A100, 4 on an L4), and the driver reports it (CUVIDDECODECAPS::nNumNVDECs, asked for
 // 8-bit 4:2:0 H.264), so video.nvdec_sessions: 0, the default, opens two per engine on each
-// GPU. On an H200 (720p H.264, the decoders alone, nvidia-smi's decoder utilisation beside
-// them; docs/benchmarks.md, "The engines' own bound"): 7 sessions kept the engines busy 87% and
-// 81% of the time (means) and decoded 56.2 clips/s at 1 frame/s and 88.6 at 4 frames; 14 kept
-// them at 100% (medians) and decoded 61.3 and 97.6; 21 no more (61.4, 97.0). A session costs
-// a stream and a kept NVDEC decoder in the GPU's one context (Note [One CUDA context for a
-// GPU's sessions]); when each cost a context of its own, 14 sessions lost in start-up what the
-// engines gave. (Until 2026-12-03 the default was one per engine: 7 sessions had taken a job of
-// 800 clips from 56.1 to 60.4 clips/s against 4.) A driver that does not say (older than the
-// Video Codec SDK 11.1 API, which added the field) gets 4, as before. The question needs a CUDA
-// context: the device's primary one, which LibTorch has usually started by then (Note [Started
-// beside the input's read] in encoders/early_start.cpp), made current on a thread of its own so
-// that the caller's current device is untouched.
+// GPU: one per engine leaves the engines idle part of the time, two keep them busy, three add
+// nothing (docs/benchmarks.md, "The engines' own bound"). A session costs only a stream and a
+// kept NVDEC decoder in the GPU's one context (Note [One CUDA context for a GPU's sessions]).
+// A driver that does not say (older than the Video Codec SDK 11.1 API, which added the field)
+// gets 4. The question needs a CUDA context: the device's primary one, which LibTorch has
+// usually started by then (Note [Started beside the input's read] in encoders/early_start.cpp),
+// made current on a thread of its own so that the caller's current device is untouched.
 std::optional<int> nvdec_engine_count(int device, std::string* why_not) {
 #if PRECOMPUTE_WITH_NVDEC_CAPS
   std::string reason;
@@ -332,9 +325,8 @@ void NvdecSession::to_rgb(const GpuRgbParams&, uint8_t*) {
 // Note [Opening and closing sessions side by side]
 // A CUDA context, and at the end a session's kept NVDEC decoder, take a while to make and to
 // destroy, mostly waiting on the driver: one after the other, a GPU's sessions add over a second
-// to every run's start and end (docs/history/benchmarks-2026-11-12.md, "NVDEC beside the CPU
-// decoders"). So the pool opens each GPU's context on
-// a thread of its own, then each session, and closes the sessions so too. The first error, in
+// to every run's start and end. So the pool opens each GPU's context on a thread of its own,
+// then each session, and closes the sessions so too. The first error, in
 // GPU order for the contexts and in session order for the sessions, is the one reported.
 NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
     : devices_(devices) {

@@ -20,15 +20,15 @@ extern "C" {
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/media/cpu_decoder_backend.hpp"
+#include "pipeline/media/decoder_backend.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/gpu_rgb_kernel.hpp"
-#include "pipeline/media/kept_decoder.hpp"
-#include "pipeline/media/nvdec.hpp"
+#include "pipeline/media/nvdec_decoder_backend.hpp"
 
 namespace precompute {
 namespace {
 
-using ffmpeg::CodecContextPtr;
 using ffmpeg::FramePtr;
 using ffmpeg::PacketPtr;
 using ffmpeg::SwsContextPtr;
@@ -86,10 +86,9 @@ using ffmpeg::SwsContextPtr;
 
 // Note [Seeking without a flush]
 // FFmpeg's H.264 decoder forgets its set-up when flushed, and sets its hwaccel up again at the
-// next picture: on NVDEC each seek then destroyed the NVDEC decoder and made a new one, which
-// took about 150 ms an H.264 seek on an H200 where a frame takes 1 ms, so seeking made NVDEC
-// three times slower instead of faster (docs/benchmarks.md, "NVDEC"). So H.264 on NVDEC seeks
-// without a flush when the packet it lands on holds an IDR slice: an IDR drops every reference
+// next picture: on NVDEC each seek would destroy the NVDEC decoder and make a new one, which
+// costs far more than the frames the seek skips (docs/benchmarks.md, "NVDEC"). So H.264 on
+// NVDEC (NvdecDecoderBackend::seek) seeks without a flush when the packet it lands on holds an IDR slice: an IDR drops every reference
 // picture and restarts the picture order count, so the frames from it on are decoded as from a
 // fresh start; pictures still waiting in the decoder's reorder buffer come out first, with times
 // before the keyframe's, and are dropped as every frame before the landing keyframe is. Any
@@ -111,38 +110,6 @@ using ffmpeg::SwsContextPtr;
 // packet's pts is known before it is decoded (B-frames come after the frames that follow them
 // on screen), which is what makes this work. The frames kept are those of a full decode; the
 // tests that check seeking check this too.
-
-// Whether an H.264 packet holds an IDR slice (NAL unit type 5), in either packaging: length-
-// prefixed (MP4 and Matroska, the length's size in the avcC extradata) or Annex B start codes.
-// Anything it cannot read counts as no IDR, which only costs a flush.
-bool h264_packet_has_idr(const AVPacket& packet, const AVCodecParameters& parameters) {
-  if (parameters.codec_id != AV_CODEC_ID_H264 || packet.data == nullptr || packet.size <= 0) {
-    return false;
-  }
-  const uint8_t* data = packet.data;
-  const size_t size = static_cast<size_t>(packet.size);
-  constexpr int kIdr = 5;
-  const bool avcc = parameters.extradata_size >= 7 && parameters.extradata[0] == 1;
-  if (avcc) {
-    const size_t length_size = static_cast<size_t>((parameters.extradata[4] & 3) + 1);
-    size_t at = 0;
-    while (at + length_size < size) {
-      size_t length = 0;
-      for (size_t i = 0; i < length_size; ++i) length = (length << 8) | data[at + i];
-      at += length_size;
-      if (length == 0 || length > size - at) return false;
-      if ((data[at] & 0x1F) == kIdr) return true;
-      at += length;
-    }
-    return false;
-  }
-  for (size_t at = 0; at + 3 < size; ++at) {
-    if (data[at] == 0 && data[at + 1] == 0 && data[at + 2] == 1 && (data[at + 3] & 0x1F) == kIdr) {
-      return true;
-    }
-  }
-  return false;
-}
 
 // Target times t_k, in ticks of the stream's time base from its start.
 std::vector<int64_t> sample_offsets(int64_t duration, AVRational time_base,
@@ -311,9 +278,11 @@ int swscale_colorspace(AVColorSpace colorspace) {
 // changes mid-stream.
 class RgbConverter {
  public:
-  RgbConverter(const VideoDecodeOptions& options, Orientation orientation,
-               const std::filesystem::path& file)
+  RgbConverter(const VideoDecodeOptions& options, VideoDecoderBackend& backend,
+               Orientation orientation, const std::filesystem::path& file)
       : options_(options),
+        backend_(backend),
+        gpu_frames_(backend.capabilities().gpu_frames),
         orientation_(orientation),
         scaled_width_(orientation.transpose ? options.height : options.width),
         scaled_height_(orientation.transpose ? options.width : options.height),
@@ -361,12 +330,12 @@ class RgbConverter {
     bool operator==(const Key&) const = default;
   };
 
-  // An NVDEC picture, converted by the session's kernel (Note [Converting NVDEC pictures on the
-  // GPU] in gpu_rgb_kernel.cu) with the region and colour set-up of the CPU path.
+  // A picture in device memory, converted by the backend (NVDEC: the session's kernel, Note
+  // [Converting NVDEC pictures on the GPU] in gpu_rgb_kernel.cu) with the region and colour
+  // set-up of the CPU path.
   void convert_on_gpu(const AVFrame& frame, uint8_t* out) {
-    PC_MEDIA_CHECK(options_.nvdec != nullptr && frame.hw_frames_ctx != nullptr,
-                   FailureCategory::kDecodeError, file_.string(),
-                   ": a CUDA frame without an NVDEC session");
+    PC_MEDIA_CHECK(gpu_frames_ && frame.hw_frames_ctx != nullptr, FailureCategory::kDecodeError,
+                   file_.string(), ": a CUDA frame from a decoder without a GPU");
     const auto* frames = reinterpret_cast<const AVHWFramesContext*>(frame.hw_frames_ctx->data);
     const AVPixelFormat format = frames->sw_format;
     PC_MEDIA_CHECK(format == AV_PIX_FMT_NV12 || format == AV_PIX_FMT_P010 ||
@@ -400,9 +369,10 @@ class RgbConverter {
     p.y_offset = full ? 0.0f : 16.0f;
     p.y_scale = full ? 1.0f : 255.0f / 219.0f;
     try {
-      options_.nvdec->to_rgb(p, orientation_.upright() ? out : scaled_.data());
+      backend_.to_rgb(p, orientation_.upright() ? out : scaled_.data());
     } catch (const std::runtime_error& e) {
-      PC_MEDIA_THROW(FailureCategory::kDecodeError, file_.string(), ": NVDEC: ", e.what());
+      PC_MEDIA_THROW(FailureCategory::kDecodeError, file_.string(), ": ",
+                     backend_.capabilities().name, ": ", e.what());
     }
     if (!orientation_.upright()) turn_upright(out);
   }
@@ -468,6 +438,8 @@ class RgbConverter {
   }
 
   const VideoDecodeOptions& options_;
+  VideoDecoderBackend& backend_;
+  const bool gpu_frames_;
   const Orientation orientation_;
   const int scaled_width_;  // the output size turned the coded way
   const int scaled_height_;
@@ -476,6 +448,44 @@ class RgbConverter {
   Key key_;
   std::vector<uint8_t> scaled_;  // libswscale's output, when it still has to be turned
 };
+
+// A video file opened for sampling: its video stream, within the size and length limits, and
+// its duration in the stream's time base from the stream's start (Note [Sampling frames]).
+struct OpenedVideo {
+  ffmpeg::InputFile input;
+  const AVStream* stream;
+  int64_t duration;
+  double duration_s;
+};
+
+OpenedVideo open_video(const std::filesystem::path& file, const VideoDecodeOptions& options,
+                       const ffmpeg::Deadline& deadline) {
+  const ffmpeg::InputLimits limits{options.max_file_bytes, options.max_pixels};
+  ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
+  const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_VIDEO, file);
+  const int width = stream->codecpar->width;
+  const int height = stream->codecpar->height;
+  PC_MEDIA_CHECK(int64_t{width} * height <= options.max_pixels, FailureCategory::kTooLarge,
+                 file.string(), ": the picture is ", width, "x", height, ", over the limit of ",
+                 options.max_pixels, " pixels (video.max_pixels)");
+
+  std::optional<int64_t> duration = ffmpeg::header_duration(input.format(), stream);
+  if (!duration) {
+    duration = measure_duration(input.format(), stream, deadline, file);
+    // Reading from the start again: reopening works for every container, seeking does not.
+    const int index = stream->index;
+    input = ffmpeg::open_input(file, limits, deadline);
+    PC_MEDIA_CHECK(index < static_cast<int>(input.format()->nb_streams),
+                   FailureCategory::kDecodeError, file.string(),
+                   ": the file changed while it was read");
+    stream = input.format()->streams[index];
+  }
+  const double duration_s = static_cast<double>(*duration) * av_q2d(stream->time_base);
+  PC_MEDIA_CHECK(duration_s <= options.max_duration_s, FailureCategory::kTooLong, file.string(),
+                 ": the video lasts ", duration_s, " s, over the limit of ", options.max_duration_s,
+                 " s (video.max_duration_s)");
+  return OpenedVideo{std::move(input), stream, *duration, duration_s};
+}
 
 }  // namespace
 
@@ -499,6 +509,16 @@ VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSe
 }
 
 VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options) {
+  if (options.nvdec != nullptr || options.kept_decoder != nullptr) {
+    NvdecDecoderBackend backend(options.nvdec, options.kept_decoder);
+    return decode_video(file, options, backend);
+  }
+  CpuDecoderBackend backend;
+  return decode_video(file, options, backend);
+}
+
+VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options,
+                         VideoDecoderBackend& backend) {
   PC_ASSERT((options.fps > 0) != (options.num_frames > 0),
             "exactly one of fps and num_frames must be set");
   PC_ASSERT(options.width > 0 && options.height > 0 && options.max_pixels > 0);
@@ -512,35 +532,18 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   };
   double opened_ms = 0.0;
   double first_frame_ms = -1.0;
-  const ffmpeg::InputLimits limits{options.max_file_bytes, options.max_pixels};
-  ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
-  const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_VIDEO, file);
+  OpenedVideo opened = open_video(file, options, deadline);
+  ffmpeg::InputFile& input = opened.input;
+  const AVStream* const stream = opened.stream;
+  const int64_t duration = opened.duration;
   const int width = stream->codecpar->width;
   const int height = stream->codecpar->height;
-  PC_MEDIA_CHECK(int64_t{width} * height <= options.max_pixels, FailureCategory::kTooLarge,
-                 file.string(), ": the picture is ", width, "x", height, ", over the limit of ",
-                 options.max_pixels, " pixels (video.max_pixels)");
-
-  std::optional<int64_t> duration = ffmpeg::header_duration(input.format(), stream);
-  if (!duration) {
-    duration = measure_duration(input.format(), stream, deadline, file);
-    // Reading from the start again: reopening works for every container, seeking does not.
-    const int index = stream->index;
-    input = ffmpeg::open_input(file, limits, deadline);
-    PC_MEDIA_CHECK(index < static_cast<int>(input.format()->nb_streams),
-                   FailureCategory::kDecodeError, file.string(),
-                   ": the file changed while it was read");
-    stream = input.format()->streams[index];
-  }
   // Read before any seek moves the demuxer (Note [Sample clock] in ffmpeg_common.hpp).
   const ffmpeg::SampleClock clock(input.format());
   const AVRational time_base = stream->time_base;
-  const double duration_s = static_cast<double>(*duration) * av_q2d(time_base);
-  PC_MEDIA_CHECK(duration_s <= options.max_duration_s, FailureCategory::kTooLong, file.string(),
-                 ": the video lasts ", duration_s, " s, over the limit of ", options.max_duration_s,
-                 " s (video.max_duration_s)");
+  const double duration_s = opened.duration_s;
 
-  const std::vector<int64_t> offsets = sample_offsets(*duration, time_base, options, file);
+  const std::vector<int64_t> offsets = sample_offsets(duration, time_base, options, file);
   const auto count = static_cast<int64_t>(offsets.size());
   const size_t frame_bytes = size_t{3} * options.width * options.height;
 
@@ -554,29 +557,12 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   out.source_height = height;
   out.duration_s = duration_s;
 
-  // The decoder refuses to allocate pictures over its cap before we see them, a backstop for
-  // streams whose frames grow past their header's size; the exact limit is checked on every
-  // frame below.
-  // On an NVDEC session, H.264 and HEVC go through the session's kept decoder (Note [Keeping
-  // NVDEC decoders across files] in kept_decoder.cpp); everything else opens its own.
-  KeptDecoder* kept = options.kept_decoder != nullptr ? options.kept_decoder
-                     : options.nvdec != nullptr     ? options.nvdec->kept_decoder()
-                                                    : nullptr;
-  std::optional<KeptDecoder::FileUse> kept_use;
-  CodecContextPtr own_codec;
-  AVCodecContext* codec = nullptr;
-  AVBSFContext* packet_filter = nullptr;
-  if (kept != nullptr && KeptDecoder::takes(stream)) {
-    kept_use.emplace(kept->begin(stream, options.max_pixels, file));
-    codec = kept_use->codec();
-    packet_filter = kept_use->filter();
-  } else {
-    own_codec = ffmpeg::open_decoder(stream, options.threads, options.max_pixels, file,
-                                     options.nvdec != nullptr ? options.nvdec->hw_device() : nullptr);
-    codec = own_codec.get();
-  }
-  RgbConverter converter(options, options.autorotate ? display_orientation(stream) : Orientation{},
-                         file);
+  const DecoderCapabilities caps = backend.capabilities();
+  backend.open(stream, options, file);
+  AVCodecContext* const codec = backend.codec();
+  AVBSFContext* const packet_filter = backend.packet_filter();
+  RgbConverter converter(options, backend,
+                         options.autorotate ? display_orientation(stream) : Orientation{}, file);
   opened_ms = ms_since_start();
 
   // A frame without a timestamp is put one frame period after the previous one.
@@ -639,13 +625,10 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   constexpr size_t kShownLimit = 64;  // well past any decoder's reorder depth (H.264: 16)
   const bool skipping = options.seek;
   const auto before_send = [&](const AVPacket& packet) {
-    // Note [Files in a row without a flush] in kept_decoder.cpp: the file's first packet decides.
-    if (kept_use && kept_use->flush_unless_idr()) {
-      kept_use->first_packet(h264_packet_has_idr(packet, *stream->codecpar));
-    }
+    backend.before_packet(packet);
     if (flush_unless_idr) {
       flush_unless_idr = false;
-      if (!h264_packet_has_idr(packet, *stream->codecpar)) avcodec_flush_buffers(codec);
+      if (!ffmpeg::h264_packet_has_idr(packet, *stream->codecpar)) avcodec_flush_buffers(codec);
     }
     if (!skipping) return;
     codec->skip_frame = AVDISCARD_DEFAULT;
@@ -673,12 +656,12 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     if (shown.size() > kShownLimit) shown.erase(shown.begin());
   };
 
-  const bool may_give_up = options.give_up && options.nvdec == nullptr;
+  const bool may_give_up = options.give_up && caps.may_give_up;
   const auto before_read = [&](int64_t last_dts) {
     if (may_give_up) {
       double done = 0.0;
-      if (start != AV_NOPTS_VALUE && last_dts != AV_NOPTS_VALUE && *duration > 0) {
-        done = std::clamp(static_cast<double>(last_dts - start) / static_cast<double>(*duration),
+      if (start != AV_NOPTS_VALUE && last_dts != AV_NOPTS_VALUE && duration > 0) {
+        done = std::clamp(static_cast<double>(last_dts - start) / static_cast<double>(duration),
                           0.0, 1.0);
       }
       if (options.give_up(done, duration_s)) throw DecodeGivenUp(decoded, deadline.seconds_left());
@@ -729,14 +712,9 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
       return;
     }
     seeked_to = entry_time;
-    // Note [Seeking without a flush]: decided on the packet landed on (before_send).
-    const bool h264_on_nvdec =
-        codec->codec_id == AV_CODEC_ID_H264 && codec->hw_frames_ctx != nullptr;
-    if (options.flush_on_seek && !h264_on_nvdec) {
-      avcodec_flush_buffers(codec);
-    } else {
-      flush_unless_idr = true;
-    }
+    // Note [Seeking without a flush]: the backend flushes, or it is decided on the packet
+    // landed on (before_send).
+    flush_unless_idr = !backend.seek();
     shown.clear();
     awaiting_key = true;
     seek_target = target;
@@ -745,7 +723,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
 
   const auto sink = [&](AVFrame* frame) -> bool {
     // The previous file's last pictures, out of a kept decoder that was not flushed.
-    if (kept_use && !kept_use->owns(*frame)) return true;
+    if (caps.keeps_decoder && !backend.owns(*frame)) return true;
     if (first_frame_ms < 0) first_frame_ms = ms_since_start();
     PC_MEDIA_CHECK(++decoded <= options.max_decoded_frames, FailureCategory::kTooLong,
                    file.string(), ": decoded more than ", options.max_decoded_frames,
@@ -801,14 +779,13 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     ffmpeg::decode_stream(input.format(), stream, codec, sink, deadline, file, before_read,
                           before_send, packet_filter, &drained);
   }
-  // The kept decoder (if any) is left in a known state for the next file.
-  if (kept_use) kept_use->finish(drained);
+  // A kept decoder is left in a known state for the next file.
+  backend.close(drained);
   out.decoded_frames = decoded;
   spdlog::debug("{}: {} in {:.1f} ms: opened after {:.1f} ms, first frame after {:.1f} ms, {} "
                 "frames decoded, {} seek(s){}",
-                file.string(), out.nvdec ? "NVDEC" : "CPU", ms_since_start(), opened_ms,
-                first_frame_ms, decoded, out.seeks,
-                kept_use ? fmt::format(", decoder kept (reused {} times)", kept->reuses()) : "");
+                file.string(), out.nvdec ? caps.name : std::string_view("CPU"), ms_since_start(),
+                opened_ms, first_frame_ms, decoded, out.seeks, backend.describe_use());
 
   if (frame_number < 0) {
     // Not one frame kept, though frames were decoded (else decode_stream would have thrown): a
@@ -817,11 +794,10 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     // without seeking, so that is what is done, in the time left.
     PC_MEDIA_CHECK(options.seek && out.seeks > 0, FailureCategory::kDecodeError, file.string(),
                    ": no frame could be decoded");
-    kept_use.reset();  // the session's kept decoder serves the redo
     VideoDecodeOptions forward = options;
     forward.seek = false;
     forward.timeout_s = std::max(1e-3, deadline.seconds_left());
-    VideoFrames frames = decode_video(file, forward);
+    VideoFrames frames = decode_video(file, forward, backend);  // the backend opens again
     frames.seeks += out.seeks;
     frames.seeks_undone += out.seeks_undone + 1;
     frames.decoded_frames += decoded;

@@ -18,6 +18,7 @@ namespace precompute {
 
 class KeptDecoder;
 class NvdecSession;
+class VideoDecoderBackend;
 
 // Defaults are the config's (default_video_section(), default_run_section()): declared once.
 struct VideoDecodeOptions {
@@ -46,8 +47,10 @@ struct VideoDecodeOptions {
   // on NVDEC never does, whatever this says. false is there so the CPU tests can check the
   // flushless seek frame by frame.
   bool flush_on_seek = true;
-  // Decode on this NVDEC session and convert on its GPU; null: on the CPU. A stream the engine
-  // cannot take is decoded on the CPU by the same call (VideoFrames::nvdec tells which).
+  // For decode_video without a backend, which backend it makes (NvdecDecoderBackend when
+  // either is set, else CpuDecoderBackend). Decode on this NVDEC session and convert on its
+  // GPU; null: on the CPU. A stream the engine cannot take is decoded on the CPU by the same
+  // call (VideoFrames::nvdec tells which).
   NvdecSession* nvdec = nullptr;
   // H.264 and HEVC through this decoder, kept open from file to file (Note [Keeping NVDEC
   // decoders across files] in kept_decoder.cpp); null: the NVDEC session's, else one per file.
@@ -80,7 +83,13 @@ VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSe
 
 // Throws MediaError with the failure category (missing, unreadable, no_stream, decode_error,
 // too_long, too_large, timeout, unsupported) and a message naming the file; DecodeGivenUp
-// when options.give_up says so.
+// when options.give_up says so (and the backend may give up).
+//
+// Decodes on `backend` (decoder_backend.hpp), which it opens for the file and closes after;
+// options.nvdec and options.kept_decoder are not read.
+VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options,
+                         VideoDecoderBackend& backend);
+// On the backend that options.nvdec and options.kept_decoder choose, made for this file.
 VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options);
 
 }  // namespace precompute

@@ -40,9 +40,6 @@ class SamplePreparer {
 
  private:
   struct State;
-  static void open_nvdec(const Config& config, State& state);
-  // decode_video on an NVDEC session when one is to be had (Note [Choosing the video decoder]).
-  VideoFrames decode_video_on(const std::filesystem::path& file) const;
 
   std::shared_ptr<const State> state_;
   RunStats* stats_;

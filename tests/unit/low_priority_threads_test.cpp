@@ -1,5 +1,5 @@
 // LowPriorityThreads: the threads CPU video decodes run on beside NVDEC (Note [CPU decoders at a
-// lower priority] in pipeline/stages/sample_preparer.cpp).
+// lower priority] in pipeline/stages/video_decoder_scheduler.cpp).
 #include "pipeline/core/low_priority_threads.hpp"
 
 #include <gtest/gtest.h>
