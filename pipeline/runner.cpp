@@ -40,6 +40,7 @@
 #include "storage/output_folder.hpp"
 #include "storage/output_id.hpp"
 #include "storage/output_index.hpp"
+#include "storage/rank_lifecycle.hpp"
 #include "storage/shard_reader.hpp"
 
 namespace precompute {
@@ -802,13 +803,10 @@ void check_same_split(const Output& output, const Input& input, const Config& wo
   }
 }
 
-RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
-                    Clock::time_point run_started, RunStats& stats, EarlyStart& early) {
+// This attempt as rank.json first records it (storage/rank_lifecycle.hpp).
+RankRecord rank_attempt(const Config& config, const RunContext& context, const RankSpan& span,
+                        int64_t total) {
   const Partition& part = context.partition;
-  const auto total = static_cast<int64_t>(input.samples.size());
-  const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
-  Config work = config;
-  work.output.path = rank_folder(config.output.path, part.rank, part.world_size);
   RankRecord record;
   record.rank = part.rank;
   record.world_size = part.world_size;
@@ -825,9 +823,17 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
   record.rank_source = part.source;
   record.started = unix_now();
   record.attempts = 1;
-  RunSummary summary;
-  summary.output = work.output.path;
-  summary.total_samples = total;
+  return record;
+}
+
+RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
+                    Clock::time_point run_started, RunStats& stats, EarlyStart& early) {
+  const Partition& part = context.partition;
+  const auto total = static_cast<int64_t>(input.samples.size());
+  const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
+  Config work = config;
+  work.output.path = rank_folder(config.output.path, part.rank, part.world_size);
+  RankLifecycle rank(work.output.path, rank_attempt(config, context, span, total));
   if (span.empty()) {
     spdlog::info("rank {} of {} has no work: the input's {} samples make {} shard(s) of {}, fewer "
                  "than the ranks; nothing to do",
@@ -845,10 +851,10 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
                " holds shards of an earlier split of the job, and this rank now has no work "
                "(the input's length or shard_size changed); rerun it with --overwrite");
     }
-    record.state = "done";
-    record.overwrite_done = config.output.overwrite;
-    record.finished = unix_now();
-    write_rank_record(work.output.path, record);
+    rank.done_without_work(config.output.overwrite);
+    RunSummary summary;
+    summary.output = work.output.path;
+    summary.total_samples = total;
     return summary;
   }
   spdlog::info("rank {} of {}: shards {} to {}, input positions {} to {} ({} of {} samples), "
@@ -857,51 +863,23 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
                span.end_seq - 1, span.samples(), total, work.output.path.string());
   const Output output = open_output(work, context, input);
   check_same_split(output, input, work, span);
-  const auto earlier = read_rank_record(work.output.path);
-  if (earlier && !output.overwrite && earlier->span.first_seq == span.first_seq &&
-      earlier->span.end_seq == span.end_seq) {
-    record.started = earlier->started > 0 ? earlier->started : record.started;
-    record.attempts = earlier->attempts + 1;
-  }
-  // A start-up that is refused (other settings, a model that does not load, a budget too small)
-  // leaves rank.json as it was: it describes the rank's output, which the refusal left alone.
+  // Note [A rank's record]: a refused start-up leaves rank.json as it was.
   const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
-  record.output_id = calibrated.meta.output_id;
-  record.state = "running";
   // With --overwrite, the removal happens in plan(); a restarted run (Note [Overwrite once])
   // resumes, and so does the rerun command once the removal is done.
-  record.overwrite_done = config.output.overwrite && context.overwrite_done;
-  write_rank_record(work.output.path, record);
+  rank.running(calibrated.meta.output_id, output.overwrite,
+                config.output.overwrite && context.overwrite_done);
+  RunSummary summary;
   try {
-    summary =
-        run_and_report(work, context, input, output, calibrated, span, stats, run_started, [&] {
-          if (config.output.overwrite && !record.overwrite_done) {
-            record.overwrite_done = true;
-            write_rank_record(work.output.path, record);
-          }
-        });
+    summary = run_and_report(work, context, input, output, calibrated, span, stats, run_started,
+                             [&] {
+                               if (config.output.overwrite) rank.overwrite_carried_out();
+                             });
   } catch (const Error& e) {
-    // A stop (SIGTERM from a scheduler's preemption or time limit) is not a failure of the rank.
-    record.state = dynamic_cast<const StoppedError*>(&e) != nullptr ? "stopped" : "failed";
-    record.finished = unix_now();
-    record.message = e.what();
-    try {
-      write_rank_record(work.output.path, record);
-    } catch (const Error& ignored_error) {
-      spdlog::warn("cannot record the rank's failure: {}", ignored_error.what());
-    }
+    rank.ended_by(e);
     throw;
   }
-  if (summary.processed_samples == 0 && earlier && earlier->state == "done" &&
-      earlier->output_id == record.output_id) {
-    write_rank_record(work.output.path, *earlier);  // a rerun of a finished rank changes nothing
-  } else {
-    record.state = "done";
-    record.finished = unix_now();
-    record.processed = summary.processed_samples;
-    record.seconds = summary.seconds + summary.load_seconds;
-    write_rank_record(work.output.path, record);
-  }
+  rank.done(summary.processed_samples, summary.seconds + summary.load_seconds);
   return summary;
 }
 
