@@ -258,11 +258,17 @@ struct Output {
   std::optional<OutputIndex> earlier;  // the earlier run's index on disk, unless overwriting
 };
 
-Output open_output(const Config& config, const RunContext& context, const Input& input) {
+// Locks the folder (creating it and its lock file, nothing else); another's files are refused
+// unless --overwrite removes them.
+OutputFolder open_output_folder(const Config& config, const RunContext& context) {
   OutputFolderOptions options;
   options.allow_foreign = config.output.overwrite;
   options.owner_pid = context.owner_pid;
-  Output output{OutputFolder::open(config.output.path, options),
+  return OutputFolder::open(config.output.path, options);
+}
+
+Output open_output(const Config& config, const RunContext& context, const Input& input) {
+  Output output{open_output_folder(config, context),
                 config.output.overwrite && !context.overwrite_done, std::nullopt};
   if (!output.overwrite) {
     output.earlier = output.folder.peek_previous_run();
@@ -840,10 +846,7 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
                  part.rank, part.world_size, total,
                  (total + config.output.shard_size - 1) / config.output.shard_size,
                  config.output.shard_size);
-    OutputFolderOptions options;
-    options.owner_pid = context.owner_pid;
-    options.allow_foreign = config.output.overwrite;
-    const OutputFolder folder = OutputFolder::open(work.output.path, options);
+    const OutputFolder folder = open_output_folder(work, context);
     if (config.output.overwrite && !context.overwrite_done) {
       folder.remove_previous_run();
     } else if (const auto earlier = folder.peek_previous_run()) {
