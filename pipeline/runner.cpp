@@ -809,6 +809,38 @@ void check_same_split(const Output& output, const Input& input, const Config& wo
   }
 }
 
+// One run over a range of the input into `work`'s output.path: the whole input into the output
+// folder, or a rank's span into its rank folder (`rank` set: Note [A rank is an ordinary run]).
+// `config`: the job's config, which the shards record.
+RunSummary run_range(const Config& config, const Config& work, const RankSpan& span,
+                     RankLifecycle* rank, const RunContext& context, const Input& input,
+                     Clock::time_point run_started, RunStats& stats, EarlyStart& early) {
+  const Output output = open_output(work, context, input);
+  if (rank != nullptr) check_same_split(output, input, work, span);
+  // Note [A rank's record]: a refused start-up leaves rank.json as it was.
+  const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
+  // Nothing can refuse the run any more: the folder may change now.
+  if (rank == nullptr) {
+    return run_and_report(work, context, input, output, calibrated, span, stats, run_started);
+  }
+  // With --overwrite, the removal happens in plan(); a restarted run (Note [Overwrite once])
+  // resumes, and so does the rerun command once the removal is done.
+  rank->running(calibrated.meta.output_id, output.overwrite,
+                config.output.overwrite && context.overwrite_done);
+  RunSummary summary;
+  try {
+    summary = run_and_report(work, context, input, output, calibrated, span, stats, run_started,
+                             [&] {
+                               if (config.output.overwrite) rank->overwrite_carried_out();
+                             });
+  } catch (const Error& e) {
+    rank->ended_by(e);
+    throw;
+  }
+  rank->done(summary.processed_samples, summary.seconds + summary.load_seconds);
+  return summary;
+}
+
 // This attempt as rank.json first records it (storage/rank_lifecycle.hpp).
 RankRecord rank_attempt(const Config& config, const RunContext& context, const RankSpan& span,
                         int64_t total) {
@@ -864,26 +896,7 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
                "into {}",
                part.rank, part.world_size, span.first_shard, span.end_shard - 1, span.first_seq,
                span.end_seq - 1, span.samples(), total, work.output.path.string());
-  const Output output = open_output(work, context, input);
-  check_same_split(output, input, work, span);
-  // Note [A rank's record]: a refused start-up leaves rank.json as it was.
-  const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
-  // With --overwrite, the removal happens in plan(); a restarted run (Note [Overwrite once])
-  // resumes, and so does the rerun command once the removal is done.
-  rank.running(calibrated.meta.output_id, output.overwrite,
-                config.output.overwrite && context.overwrite_done);
-  RunSummary summary;
-  try {
-    summary = run_and_report(work, context, input, output, calibrated, span, stats, run_started,
-                             [&] {
-                               if (config.output.overwrite) rank.overwrite_carried_out();
-                             });
-  } catch (const Error& e) {
-    rank.ended_by(e);
-    throw;
-  }
-  rank.done(summary.processed_samples, summary.seconds + summary.load_seconds);
-  return summary;
+  return run_range(config, work, span, &rank, context, input, run_started, stats, early);
 }
 
 }  // namespace
@@ -902,11 +915,10 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   if (context.partition.split()) {
     return run_rank(config, context, input, run_started, stats, early);
   }
-  const Output output = open_output(config, context, input);
-  const Calibrated calibrated = load_and_calibrate(config, output, stats, config, early);
-  // Nothing can refuse the run any more: the folder may change now.
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
-  return run_and_report(config, context, input, output, calibrated, whole, stats, run_started);
+  return run_range(config, config, whole, nullptr, context, input, run_started, stats, early);
+}
+
 }
 
 std::string format_summary(const RunSummary& s) {
