@@ -32,6 +32,7 @@
 #include "pipeline/progress_reporter.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
+#include "pipeline/run_summary.hpp"
 #include "pipeline/stages/batch_cost_feedback.hpp"
 #include "pipeline/summary_file.hpp"
 #include "storage/dataset_view.hpp"
@@ -539,54 +540,27 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
 // rest of the graph (the encoders, the memory bounds, the writer) kept them waiting. The graph's
 // time leaves out what comes before it inside `seconds` (reading the input, opening the
 // sessions, calibrating the budget), which the difference of the two says.
+//
+// The run's summary: its counters (summary_from_stats()) and what the run around them decided.
 // `span`: the input positions this run covers; `resumed_samples`: those already committed when
 // it started; `executed.index`: the output as it ends.
 RunSummary summarise(const Config& config, const Calibrated& calibrated, const RankSpan& span,
                      int64_t resumed_samples, const Executed& executed, const RunStats& stats,
                      Clock::time_point run_started) {
-  RunSummary summary;
+  std::array<bool, kNumModalities> configured{};
+  for (int i = 0; i < kNumModalities; ++i) configured[i] = calibrated.pools[i] != nullptr;
+  RunSummary summary = summary_from_stats(stats, configured);
   summary.output = config.output.path;
   // A rank's --max-failures (a count or a percentage) applies to its part.
   summary.total_samples = span.samples();
-  summary.processed_samples = stats.total;
   summary.resumed_samples = resumed_samples;
-  summary.failed_samples = stats.failed_samples;
-  summary.failure_records = stats.failure_records;
-  summary.repaired_texts = stats.invalid_utf8_texts;
-  summary.oom_splits = stats.oom_splits;
-  summary.video_clips = stats.video_clips;
-  summary.video_decoded_frames = stats.video_decoded_frames;
-  summary.video_kept_frames = stats.video_kept_frames;
-  summary.video_seeks = stats.video_seeks;
-  summary.video_seeks_undone = stats.video_seeks_undone;
-  summary.video_nvdec_clips = stats.video_nvdec_clips;
-  summary.video_nvdec_fallbacks = stats.video_nvdec_fallbacks;
-  summary.video_nvdec_handovers = stats.video_nvdec_handovers;
   summary.video_decoders = calibrated.preparer.video_decoders();
   summary.nvdec_sessions = calibrated.preparer.nvdec_sessions();
-  summary.video_nvdec_seconds = static_cast<double>(stats.video_nvdec_ns) / 1e9;
-  summary.video_cpu_decode_seconds = static_cast<double>(stats.video_cpu_decode_ns) / 1e9;
-  summary.graph_seconds = static_cast<double>(stats.graph_ns) / 1e9;
   summary.peak_decoded_bytes = executed.peak_decoded_bytes;
-  summary.shards = stats.shards_written;
-  summary.bytes_written = stats.bytes_written;
   summary.peak_rss_bytes = peak_rss_bytes();
   summary.device_memory = device_memory_peaks();
   summary.load_seconds = calibrated.load_seconds;
   summary.seconds = seconds_since(run_started) - calibrated.load_seconds;
-  const auto busy = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns) / 1e9; };
-  summary.busy_seconds = {{"route", busy(stats.route_ns)},
-                          {"assemble", busy(stats.assemble_ns)},
-                          {"build shards", busy(stats.build_ns)},
-                          {"commit", busy(stats.commit_ns)}};
-  for (Modality m : kAllModalities) {
-    if (calibrated.pools[modality_index(m)]) {
-      summary.busy_seconds["encode " + std::string(modality_name(m))] =
-          busy(stats.encode_ns[modality_index(m)]);
-      summary.busy_seconds[std::string(modality_name(m)) + " batches queued"] =
-          busy(stats.encode_wait_ns[modality_index(m)]);
-    }
-  }
   // The whole output's failures: a resumed run is judged like an uninterrupted one.
   summary.output_failed_samples = 0;
   for (const auto& entry : executed.index.shards) {
@@ -594,29 +568,10 @@ RunSummary summarise(const Config& config, const Calibrated& calibrated, const R
     summary.samples_with_embeddings += entry.num_samples;
     for (int m = 0; m < kNumModalities; ++m) summary.embedded[m] += entry.modality_counts[m];
   }
-  for (size_t c = 0; c < stats.failures_by_category.size(); ++c) {
-    const auto n = stats.failures_by_category[c].load();
-    if (n > 0) {
-      summary.failures_by_category[std::string(
-          failure_category_name(static_cast<FailureCategory>(c)))] = n;
-    }
-  }
   // For the summary file (pipeline/summary_file.hpp).
   summary.output_id = calibrated.meta.output_id;
   summary.config_fingerprint = calibrated.meta.config_fingerprint;
   summary.calibrate_seconds = calibrated.calibrate_seconds;
-  summary.video_nvdec_decoded_frames = stats.video_nvdec_decoded_frames;
-  for (Modality m : kAllModalities) {
-    const int i = modality_index(m);
-    summary.modalities[i] = calibrated.pools[i] != nullptr;
-    summary.run_embedded[i] = stats.embedded[i];
-    for (size_t c = 0; c < stats.failures_by_modality[i].size(); ++c) {
-      const auto category = failure_category_name(static_cast<FailureCategory>(c));
-      if (const auto n = stats.failures_by_modality[i][c].load(); n > 0) {
-        summary.run_failures[i][std::string(category)] = n;
-      }
-    }
-  }
   return summary;
 }
 
@@ -917,80 +872,6 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   }
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
   return run_range(config, config, whole, nullptr, context, input, run_started, stats, early);
-}
-
-}
-
-std::string format_summary(const RunSummary& s) {
-  std::string out = fmt::format(
-      "{} samples in {:.2f} s ({:.1f}/s; {:.2f} s more to load the encoders): {} with embeddings "
-      "(video {}, audio {}, text {}), {} with failures; {} shards, {:.1f} MB in {}; peak RSS "
-      "{:.0f} MB (decoded samples held at most {:.0f} MB)",
-      s.processed_samples, s.seconds,
-      s.seconds > 0 ? static_cast<double>(s.processed_samples) / s.seconds : 0.0, s.load_seconds,
-      s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
-      s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
-      static_cast<double>(s.peak_rss_bytes) / 1e6,
-      static_cast<double>(s.peak_decoded_bytes) / 1e6);
-  if (s.video_clips > 0) {
-    out += fmt::format("; video decoding: {} frames decoded for {} kept ({:.1f} per clip), {} "
-                       "seek(s) to keyframes",
-                       s.video_decoded_frames, s.video_kept_frames,
-                       static_cast<double>(s.video_decoded_frames) /
-                           static_cast<double>(s.video_clips),
-                       s.video_seeks);
-    if (s.video_seeks_undone > 0) {
-      out += fmt::format(" ({} undone: keyframe later than the index said)", s.video_seeks_undone);
-    }
-    if (!s.video_decoders.empty()) {
-      out += fmt::format("; decoders: {}, {} clip(s) on NVDEC", s.video_decoders,
-                         s.video_nvdec_clips);
-      if (s.video_nvdec_handovers > 0) {
-        out += fmt::format(" ({} of them started on the CPU and handed over)",
-                           s.video_nvdec_handovers);
-      }
-      if (s.video_nvdec_fallbacks > 0) {
-        out += fmt::format(" ({} more given to NVDEC fell back to the CPU)",
-                           s.video_nvdec_fallbacks);
-      }
-    }
-  }
-  out += fmt::format("; graph ran {:.2f} s", s.graph_seconds);
-  if (s.video_clips > 0 && s.graph_seconds > 0) {
-    // (Note [How busy the decoders were])
-    out += ":";
-    if (s.nvdec_sessions > 0) {
-      out += fmt::format(" NVDEC sessions busy {:.0f}% of it,",
-                         100.0 * s.video_nvdec_seconds / (s.nvdec_sessions * s.graph_seconds));
-    }
-    out += fmt::format(" CPU video decodes {:.1f} at a time on average",
-                       s.video_cpu_decode_seconds / s.graph_seconds);
-  }
-  if (s.oom_splits > 0) {
-    out += fmt::format("; {} batch(es) split after running out of device memory", s.oom_splits);
-  }
-  if (s.repaired_texts > 0) {
-    out += fmt::format("; {} caption(s) had invalid UTF-8, replaced by U+FFFD",
-                       s.repaired_texts);
-  }
-  if (s.resumed_samples > 0) {
-    out += fmt::format("; {} of the input's {} samples were already in committed shards",
-                       s.resumed_samples, s.total_samples);
-  }
-  for (const auto& peak : s.device_memory) {
-    out += fmt::format("; peak GPU memory {} {:.0f} MiB reserved ({:.0f} MiB allocated)",
-                       peak.device, static_cast<double>(peak.reserved_bytes) / (1 << 20),
-                       static_cast<double>(peak.allocated_bytes) / (1 << 20));
-  }
-  out += "; busy:";
-  for (const auto& [stage, seconds] : s.busy_seconds) out += fmt::format(" {} {:.2f} s", stage, seconds);
-  if (!s.failures_by_category.empty()) {
-    out += "; failures by category:";
-    for (const auto& [category, n] : s.failures_by_category) {
-      out += fmt::format(" {} {}", category, n);
-    }
-  }
-  return out;
 }
 
 }  // namespace precompute
