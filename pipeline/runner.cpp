@@ -16,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "encoders/bert/text_settings.hpp"
 #include "encoders/early_start.hpp"
 #include "encoders/encoder.hpp"
 #include "pipeline/core/error.hpp"
@@ -29,6 +28,7 @@
 #include "pipeline/host_memory_budget.hpp"
 #include "pipeline/memory_budget.hpp"
 #include "pipeline/metrics_file.hpp"
+#include "pipeline/preprocessing_attribute.hpp"
 #include "pipeline/progress_reporter.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
@@ -73,50 +73,6 @@ int64_t peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
-// The decode and tokenizer settings stored with each modality, so a reader knows how the inputs
-// were made.
-std::string preprocessing_json(const Config& c, Modality m) {
-  nlohmann::json j;
-  switch (m) {
-    case Modality::kVideo:
-      j = {{"fps", c.video.fps},
-           {"num_frames", c.video.num_frames},
-           {"size", {c.video.height, c.video.width}},
-           {"resize", resize_mode_name(c.video.resize)},
-           {"mean", c.video.mean},
-           {"std", c.video.std},
-           {"layout", video_layout_name(c.video.layout)},
-           {"color", "RGB24 from swscale, full range"},
-           {"dtype", compute_dtype_name(c.video.dtype)},
-           {"normalize", c.video.normalized()}};
-      break;
-    case Modality::kAudio:
-      j = {{"sample_rate", c.audio.sample_rate},
-           {"channels", 1},
-           {"window_s", c.audio.window_s},
-           {"hop_s", c.audio.hop_s > 0 ? c.audio.hop_s : c.audio.window_s},
-           {"dtype", compute_dtype_name(c.audio.dtype)},
-           {"normalize", c.audio.normalized()}};
-      break;
-    case Modality::kText: {
-      const auto t = tokenizer_options(c.text);
-      j = {{"tokenizer", "bert-wordpiece"},
-           {"encoder_type", encoder_type_name(c.text.encoder.type)},
-           {"lower_case", t.lower_case},
-           {"strip_accents", t.strip_accents.value_or(t.lower_case)},
-           {"tokenize_chinese_chars", t.tokenize_chinese_chars},
-           {"max_length", t.max_length},
-           {"output_layer", c.text.output_layer},
-           {"dtype", compute_dtype_name(c.text.dtype)},
-           {"normalize", c.text.normalized()}};
-      // A bert folder's vocabulary is part of the encoder's hash; a separate vocab file is not.
-      if (!c.text.vocab.empty()) j["vocab_sha256"] = sha256_file(c.text.vocab);
-      break;
-    }
-  }
-  return j.dump();
 }
 
 }  // namespace
