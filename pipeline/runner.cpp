@@ -697,9 +697,9 @@ namespace {
 // ranks] in pipeline/core/partition.cpp): its own lock, journals, quarantine, index.json and
 // resume. Only two things differ: the shards record the job's config (output.path is OUT), so
 // they are the shards a single run writes; and rank.json says how the rank is doing (running,
-// done, failed; host, pid, times) for `precompute status` and the job summary. The rank's folder
-// must hold the same split as this run: an input of another length or another shard_size moves
-// every rank's span, and is refused.
+// done, failed; host, pid, times) for `precompute status` and the job summary (Note [A rank's
+// record] in storage/rank_lifecycle.cpp). The rank's folder must hold the same split as this
+// run: an input of another length or another shard_size moves every rank's span, and is refused.
 void check_same_split(const Output& output, const Input& input, const Config& work,
                       const RankSpan& span) {
   if (!output.earlier) return;
