@@ -16,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "encoders/bert/text_settings.hpp"
 #include "encoders/early_start.hpp"
 #include "encoders/encoder.hpp"
 #include "pipeline/core/error.hpp"
@@ -29,9 +28,11 @@
 #include "pipeline/host_memory_budget.hpp"
 #include "pipeline/memory_budget.hpp"
 #include "pipeline/metrics_file.hpp"
+#include "pipeline/preprocessing_attribute.hpp"
 #include "pipeline/progress_reporter.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
+#include "pipeline/run_summary.hpp"
 #include "pipeline/stages/batch_cost_feedback.hpp"
 #include "pipeline/summary_file.hpp"
 #include "storage/dataset_view.hpp"
@@ -40,6 +41,7 @@
 #include "storage/output_folder.hpp"
 #include "storage/output_id.hpp"
 #include "storage/output_index.hpp"
+#include "storage/rank_lifecycle.hpp"
 #include "storage/shard_reader.hpp"
 
 namespace precompute {
@@ -71,50 +73,6 @@ int64_t peak_rss_bytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
-// The decode and tokenizer settings stored with each modality, so a reader knows how the inputs
-// were made.
-std::string preprocessing_json(const Config& c, Modality m) {
-  nlohmann::json j;
-  switch (m) {
-    case Modality::kVideo:
-      j = {{"fps", c.video.fps},
-           {"num_frames", c.video.num_frames},
-           {"size", {c.video.height, c.video.width}},
-           {"resize", resize_mode_name(c.video.resize)},
-           {"mean", c.video.mean},
-           {"std", c.video.std},
-           {"layout", video_layout_name(c.video.layout)},
-           {"color", "RGB24 from swscale, full range"},
-           {"dtype", compute_dtype_name(c.video.dtype)},
-           {"normalize", c.video.normalized()}};
-      break;
-    case Modality::kAudio:
-      j = {{"sample_rate", c.audio.sample_rate},
-           {"channels", 1},
-           {"window_s", c.audio.window_s},
-           {"hop_s", c.audio.hop_s > 0 ? c.audio.hop_s : c.audio.window_s},
-           {"dtype", compute_dtype_name(c.audio.dtype)},
-           {"normalize", c.audio.normalized()}};
-      break;
-    case Modality::kText: {
-      const auto t = tokenizer_options(c.text);
-      j = {{"tokenizer", "bert-wordpiece"},
-           {"encoder_type", encoder_type_name(c.text.encoder.type)},
-           {"lower_case", t.lower_case},
-           {"strip_accents", t.strip_accents.value_or(t.lower_case)},
-           {"tokenize_chinese_chars", t.tokenize_chinese_chars},
-           {"max_length", t.max_length},
-           {"output_layer", c.text.output_layer},
-           {"dtype", compute_dtype_name(c.text.dtype)},
-           {"normalize", c.text.normalized()}};
-      // A bert folder's vocabulary is part of the encoder's hash; a separate vocab file is not.
-      if (!c.text.vocab.empty()) j["vocab_sha256"] = sha256_file(c.text.vocab);
-      break;
-    }
-  }
-  return j.dump();
 }
 
 }  // namespace
@@ -257,11 +215,17 @@ struct Output {
   std::optional<OutputIndex> earlier;  // the earlier run's index on disk, unless overwriting
 };
 
-Output open_output(const Config& config, const RunContext& context, const Input& input) {
+// Locks the folder (creating it and its lock file, nothing else); another's files are refused
+// unless --overwrite removes them.
+OutputFolder open_output_folder(const Config& config, const RunContext& context) {
   OutputFolderOptions options;
   options.allow_foreign = config.output.overwrite;
   options.owner_pid = context.owner_pid;
-  Output output{OutputFolder::open(config.output.path, options),
+  return OutputFolder::open(config.output.path, options);
+}
+
+Output open_output(const Config& config, const RunContext& context, const Input& input) {
+  Output output{open_output_folder(config, context),
                 config.output.overwrite && !context.overwrite_done, std::nullopt};
   if (!output.overwrite) {
     output.earlier = output.folder.peek_previous_run();
@@ -537,54 +501,27 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
 // rest of the graph (the encoders, the memory bounds, the writer) kept them waiting. The graph's
 // time leaves out what comes before it inside `seconds` (reading the input, opening the
 // sessions, calibrating the budget), which the difference of the two says.
+//
+// The run's summary: its counters (summary_from_stats()) and what the run around them decided.
 // `span`: the input positions this run covers; `resumed_samples`: those already committed when
 // it started; `executed.index`: the output as it ends.
 RunSummary summarise(const Config& config, const Calibrated& calibrated, const RankSpan& span,
                      int64_t resumed_samples, const Executed& executed, const RunStats& stats,
                      Clock::time_point run_started) {
-  RunSummary summary;
+  std::array<bool, kNumModalities> configured{};
+  for (int i = 0; i < kNumModalities; ++i) configured[i] = calibrated.pools[i] != nullptr;
+  RunSummary summary = summary_from_stats(stats, configured);
   summary.output = config.output.path;
   // A rank's --max-failures (a count or a percentage) applies to its part.
   summary.total_samples = span.samples();
-  summary.processed_samples = stats.total;
   summary.resumed_samples = resumed_samples;
-  summary.failed_samples = stats.failed_samples;
-  summary.failure_records = stats.failure_records;
-  summary.repaired_texts = stats.invalid_utf8_texts;
-  summary.oom_splits = stats.oom_splits;
-  summary.video_clips = stats.video_clips;
-  summary.video_decoded_frames = stats.video_decoded_frames;
-  summary.video_kept_frames = stats.video_kept_frames;
-  summary.video_seeks = stats.video_seeks;
-  summary.video_seeks_undone = stats.video_seeks_undone;
-  summary.video_nvdec_clips = stats.video_nvdec_clips;
-  summary.video_nvdec_fallbacks = stats.video_nvdec_fallbacks;
-  summary.video_nvdec_handovers = stats.video_nvdec_handovers;
   summary.video_decoders = calibrated.preparer.video_decoders();
   summary.nvdec_sessions = calibrated.preparer.nvdec_sessions();
-  summary.video_nvdec_seconds = static_cast<double>(stats.video_nvdec_ns) / 1e9;
-  summary.video_cpu_decode_seconds = static_cast<double>(stats.video_cpu_decode_ns) / 1e9;
-  summary.graph_seconds = static_cast<double>(stats.graph_ns) / 1e9;
   summary.peak_decoded_bytes = executed.peak_decoded_bytes;
-  summary.shards = stats.shards_written;
-  summary.bytes_written = stats.bytes_written;
   summary.peak_rss_bytes = peak_rss_bytes();
   summary.device_memory = device_memory_peaks();
   summary.load_seconds = calibrated.load_seconds;
   summary.seconds = seconds_since(run_started) - calibrated.load_seconds;
-  const auto busy = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns) / 1e9; };
-  summary.busy_seconds = {{"route", busy(stats.route_ns)},
-                          {"assemble", busy(stats.assemble_ns)},
-                          {"build shards", busy(stats.build_ns)},
-                          {"commit", busy(stats.commit_ns)}};
-  for (Modality m : kAllModalities) {
-    if (calibrated.pools[modality_index(m)]) {
-      summary.busy_seconds["encode " + std::string(modality_name(m))] =
-          busy(stats.encode_ns[modality_index(m)]);
-      summary.busy_seconds[std::string(modality_name(m)) + " batches queued"] =
-          busy(stats.encode_wait_ns[modality_index(m)]);
-    }
-  }
   // The whole output's failures: a resumed run is judged like an uninterrupted one.
   summary.output_failed_samples = 0;
   for (const auto& entry : executed.index.shards) {
@@ -592,29 +529,10 @@ RunSummary summarise(const Config& config, const Calibrated& calibrated, const R
     summary.samples_with_embeddings += entry.num_samples;
     for (int m = 0; m < kNumModalities; ++m) summary.embedded[m] += entry.modality_counts[m];
   }
-  for (size_t c = 0; c < stats.failures_by_category.size(); ++c) {
-    const auto n = stats.failures_by_category[c].load();
-    if (n > 0) {
-      summary.failures_by_category[std::string(
-          failure_category_name(static_cast<FailureCategory>(c)))] = n;
-    }
-  }
   // For the summary file (pipeline/summary_file.hpp).
   summary.output_id = calibrated.meta.output_id;
   summary.config_fingerprint = calibrated.meta.config_fingerprint;
   summary.calibrate_seconds = calibrated.calibrate_seconds;
-  summary.video_nvdec_decoded_frames = stats.video_nvdec_decoded_frames;
-  for (Modality m : kAllModalities) {
-    const int i = modality_index(m);
-    summary.modalities[i] = calibrated.pools[i] != nullptr;
-    summary.run_embedded[i] = stats.embedded[i];
-    for (size_t c = 0; c < stats.failures_by_modality[i].size(); ++c) {
-      const auto category = failure_category_name(static_cast<FailureCategory>(c));
-      if (const auto n = stats.failures_by_modality[i][c].load(); n > 0) {
-        summary.run_failures[i][std::string(category)] = n;
-      }
-    }
-  }
   return summary;
 }
 
@@ -784,9 +702,9 @@ namespace {
 // ranks] in pipeline/core/partition.cpp): its own lock, journals, quarantine, index.json and
 // resume. Only two things differ: the shards record the job's config (output.path is OUT), so
 // they are the shards a single run writes; and rank.json says how the rank is doing (running,
-// done, failed; host, pid, times) for `precompute status` and the job summary. The rank's folder
-// must hold the same split as this run: an input of another length or another shard_size moves
-// every rank's span, and is refused.
+// done, failed; host, pid, times) for `precompute status` and the job summary (Note [A rank's
+// record] in storage/rank_lifecycle.cpp). The rank's folder must hold the same split as this
+// run: an input of another length or another shard_size moves every rank's span, and is refused.
 void check_same_split(const Output& output, const Input& input, const Config& work,
                       const RankSpan& span) {
   if (!output.earlier) return;
@@ -807,13 +725,42 @@ void check_same_split(const Output& output, const Input& input, const Config& wo
   }
 }
 
-RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
-                    Clock::time_point run_started, RunStats& stats, EarlyStart& early) {
+// One run over a range of the input into `work`'s output.path: the whole input into the output
+// folder, or a rank's span into its rank folder (`rank` set: Note [A rank is an ordinary run]).
+// `config`: the job's config, which the shards record.
+RunSummary run_range(const Config& config, const Config& work, const RankSpan& span,
+                     RankLifecycle* rank, const RunContext& context, const Input& input,
+                     Clock::time_point run_started, RunStats& stats, EarlyStart& early) {
+  const Output output = open_output(work, context, input);
+  if (rank != nullptr) check_same_split(output, input, work, span);
+  // Note [A rank's record]: a refused start-up leaves rank.json as it was.
+  const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
+  // Nothing can refuse the run any more: the folder may change now.
+  if (rank == nullptr) {
+    return run_and_report(work, context, input, output, calibrated, span, stats, run_started);
+  }
+  // With --overwrite, the removal happens in plan(); a restarted run (Note [Overwrite once])
+  // resumes, and so does the rerun command once the removal is done.
+  rank->running(calibrated.meta.output_id, output.overwrite,
+                config.output.overwrite && context.overwrite_done);
+  RunSummary summary;
+  try {
+    summary = run_and_report(work, context, input, output, calibrated, span, stats, run_started,
+                             [&] {
+                               if (config.output.overwrite) rank->overwrite_carried_out();
+                             });
+  } catch (const Error& e) {
+    rank->ended_by(e);
+    throw;
+  }
+  rank->done(summary.processed_samples, summary.seconds + summary.load_seconds);
+  return summary;
+}
+
+// This attempt as rank.json first records it (storage/rank_lifecycle.hpp).
+RankRecord rank_attempt(const Config& config, const RunContext& context, const RankSpan& span,
+                        int64_t total) {
   const Partition& part = context.partition;
-  const auto total = static_cast<int64_t>(input.samples.size());
-  const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
-  Config work = config;
-  work.output.path = rank_folder(config.output.path, part.rank, part.world_size);
   RankRecord record;
   record.rank = part.rank;
   record.world_size = part.world_size;
@@ -830,19 +777,24 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
   record.rank_source = part.source;
   record.started = unix_now();
   record.attempts = 1;
-  RunSummary summary;
-  summary.output = work.output.path;
-  summary.total_samples = total;
+  return record;
+}
+
+RunSummary run_rank(const Config& config, const RunContext& context, const Input& input,
+                    Clock::time_point run_started, RunStats& stats, EarlyStart& early) {
+  const Partition& part = context.partition;
+  const auto total = static_cast<int64_t>(input.samples.size());
+  const RankSpan span = rank_span(total, config.output.shard_size, part.rank, part.world_size);
+  Config work = config;
+  work.output.path = rank_folder(config.output.path, part.rank, part.world_size);
+  RankLifecycle rank(work.output.path, rank_attempt(config, context, span, total));
   if (span.empty()) {
     spdlog::info("rank {} of {} has no work: the input's {} samples make {} shard(s) of {}, fewer "
                  "than the ranks; nothing to do",
                  part.rank, part.world_size, total,
                  (total + config.output.shard_size - 1) / config.output.shard_size,
                  config.output.shard_size);
-    OutputFolderOptions options;
-    options.owner_pid = context.owner_pid;
-    options.allow_foreign = config.output.overwrite;
-    const OutputFolder folder = OutputFolder::open(work.output.path, options);
+    const OutputFolder folder = open_output_folder(work, context);
     if (config.output.overwrite && !context.overwrite_done) {
       folder.remove_previous_run();
     } else if (const auto earlier = folder.peek_previous_run()) {
@@ -850,64 +802,17 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
                " holds shards of an earlier split of the job, and this rank now has no work "
                "(the input's length or shard_size changed); rerun it with --overwrite");
     }
-    record.state = "done";
-    record.overwrite_done = config.output.overwrite;
-    record.finished = unix_now();
-    write_rank_record(work.output.path, record);
+    rank.done_without_work(config.output.overwrite);
+    RunSummary summary;
+    summary.output = work.output.path;
+    summary.total_samples = total;
     return summary;
   }
   spdlog::info("rank {} of {}: shards {} to {}, input positions {} to {} ({} of {} samples), "
                "into {}",
                part.rank, part.world_size, span.first_shard, span.end_shard - 1, span.first_seq,
                span.end_seq - 1, span.samples(), total, work.output.path.string());
-  const Output output = open_output(work, context, input);
-  check_same_split(output, input, work, span);
-  const auto earlier = read_rank_record(work.output.path);
-  if (earlier && !output.overwrite && earlier->span.first_seq == span.first_seq &&
-      earlier->span.end_seq == span.end_seq) {
-    record.started = earlier->started > 0 ? earlier->started : record.started;
-    record.attempts = earlier->attempts + 1;
-  }
-  // A start-up that is refused (other settings, a model that does not load, a budget too small)
-  // leaves rank.json as it was: it describes the rank's output, which the refusal left alone.
-  const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
-  record.output_id = calibrated.meta.output_id;
-  record.state = "running";
-  // With --overwrite, the removal happens in plan(); a restarted run (Note [Overwrite once])
-  // resumes, and so does the rerun command once the removal is done.
-  record.overwrite_done = config.output.overwrite && context.overwrite_done;
-  write_rank_record(work.output.path, record);
-  try {
-    summary =
-        run_and_report(work, context, input, output, calibrated, span, stats, run_started, [&] {
-          if (config.output.overwrite && !record.overwrite_done) {
-            record.overwrite_done = true;
-            write_rank_record(work.output.path, record);
-          }
-        });
-  } catch (const Error& e) {
-    // A stop (SIGTERM from a scheduler's preemption or time limit) is not a failure of the rank.
-    record.state = dynamic_cast<const StoppedError*>(&e) != nullptr ? "stopped" : "failed";
-    record.finished = unix_now();
-    record.message = e.what();
-    try {
-      write_rank_record(work.output.path, record);
-    } catch (const Error& ignored_error) {
-      spdlog::warn("cannot record the rank's failure: {}", ignored_error.what());
-    }
-    throw;
-  }
-  if (summary.processed_samples == 0 && earlier && earlier->state == "done" &&
-      earlier->output_id == record.output_id) {
-    write_rank_record(work.output.path, *earlier);  // a rerun of a finished rank changes nothing
-  } else {
-    record.state = "done";
-    record.finished = unix_now();
-    record.processed = summary.processed_samples;
-    record.seconds = summary.seconds + summary.load_seconds;
-    write_rank_record(work.output.path, record);
-  }
-  return summary;
+  return run_range(config, work, span, &rank, context, input, run_started, stats, early);
 }
 
 }  // namespace
@@ -926,83 +831,8 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   if (context.partition.split()) {
     return run_rank(config, context, input, run_started, stats, early);
   }
-  const Output output = open_output(config, context, input);
-  const Calibrated calibrated = load_and_calibrate(config, output, stats, config, early);
-  // Nothing can refuse the run any more: the folder may change now.
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
-  return run_and_report(config, context, input, output, calibrated, whole, stats, run_started);
-}
-
-std::string format_summary(const RunSummary& s) {
-  std::string out = fmt::format(
-      "{} samples in {:.2f} s ({:.1f}/s; {:.2f} s more to load the encoders): {} with embeddings "
-      "(video {}, audio {}, text {}), {} with failures; {} shards, {:.1f} MB in {}; peak RSS "
-      "{:.0f} MB (decoded samples held at most {:.0f} MB)",
-      s.processed_samples, s.seconds,
-      s.seconds > 0 ? static_cast<double>(s.processed_samples) / s.seconds : 0.0, s.load_seconds,
-      s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
-      s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
-      static_cast<double>(s.peak_rss_bytes) / 1e6,
-      static_cast<double>(s.peak_decoded_bytes) / 1e6);
-  if (s.video_clips > 0) {
-    out += fmt::format("; video decoding: {} frames decoded for {} kept ({:.1f} per clip), {} "
-                       "seek(s) to keyframes",
-                       s.video_decoded_frames, s.video_kept_frames,
-                       static_cast<double>(s.video_decoded_frames) /
-                           static_cast<double>(s.video_clips),
-                       s.video_seeks);
-    if (s.video_seeks_undone > 0) {
-      out += fmt::format(" ({} undone: keyframe later than the index said)", s.video_seeks_undone);
-    }
-    if (!s.video_decoders.empty()) {
-      out += fmt::format("; decoders: {}, {} clip(s) on NVDEC", s.video_decoders,
-                         s.video_nvdec_clips);
-      if (s.video_nvdec_handovers > 0) {
-        out += fmt::format(" ({} of them started on the CPU and handed over)",
-                           s.video_nvdec_handovers);
-      }
-      if (s.video_nvdec_fallbacks > 0) {
-        out += fmt::format(" ({} more given to NVDEC fell back to the CPU)",
-                           s.video_nvdec_fallbacks);
-      }
-    }
-  }
-  out += fmt::format("; graph ran {:.2f} s", s.graph_seconds);
-  if (s.video_clips > 0 && s.graph_seconds > 0) {
-    // (Note [How busy the decoders were])
-    out += ":";
-    if (s.nvdec_sessions > 0) {
-      out += fmt::format(" NVDEC sessions busy {:.0f}% of it,",
-                         100.0 * s.video_nvdec_seconds / (s.nvdec_sessions * s.graph_seconds));
-    }
-    out += fmt::format(" CPU video decodes {:.1f} at a time on average",
-                       s.video_cpu_decode_seconds / s.graph_seconds);
-  }
-  if (s.oom_splits > 0) {
-    out += fmt::format("; {} batch(es) split after running out of device memory", s.oom_splits);
-  }
-  if (s.repaired_texts > 0) {
-    out += fmt::format("; {} caption(s) had invalid UTF-8, replaced by U+FFFD",
-                       s.repaired_texts);
-  }
-  if (s.resumed_samples > 0) {
-    out += fmt::format("; {} of the input's {} samples were already in committed shards",
-                       s.resumed_samples, s.total_samples);
-  }
-  for (const auto& peak : s.device_memory) {
-    out += fmt::format("; peak GPU memory {} {:.0f} MiB reserved ({:.0f} MiB allocated)",
-                       peak.device, static_cast<double>(peak.reserved_bytes) / (1 << 20),
-                       static_cast<double>(peak.allocated_bytes) / (1 << 20));
-  }
-  out += "; busy:";
-  for (const auto& [stage, seconds] : s.busy_seconds) out += fmt::format(" {} {:.2f} s", stage, seconds);
-  if (!s.failures_by_category.empty()) {
-    out += "; failures by category:";
-    for (const auto& [category, n] : s.failures_by_category) {
-      out += fmt::format(" {} {}", category, n);
-    }
-  }
-  return out;
+  return run_range(config, config, whole, nullptr, context, input, run_started, stats, early);
 }
 
 }  // namespace precompute

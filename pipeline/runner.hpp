@@ -44,7 +44,7 @@ struct RunSummary {
   int64_t failed_samples = 0;  // processed samples with at least one failure record
   int64_t output_failed_samples = 0;  // samples with failure records in the whole output
   int64_t failure_records = 0;
-  int64_t repaired_texts = 0;
+  int64_t repaired_texts = 0;  // captions whose invalid UTF-8 was replaced (still embedded)
   int64_t video_clips = 0;           // decoded by this run
   int64_t video_decoded_frames = 0;  // frames out of the decoders for them
   int64_t video_kept_frames = 0;     // frames sampled from them
@@ -59,7 +59,7 @@ struct RunSummary {
   // busy the decoders were] in runner.cpp).
   double video_nvdec_seconds = 0.0;
   double video_cpu_decode_seconds = 0.0;
-  int64_t oom_splits = 0;      // batches split after running out of device memory  // captions whose invalid UTF-8 was replaced (still embedded)
+  int64_t oom_splits = 0;      // batches split after running out of device memory
   std::array<int64_t, kNumModalities> embedded{};
   std::map<std::string, int64_t> failures_by_category;
   int64_t shards = 0;

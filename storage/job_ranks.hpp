@@ -30,7 +30,8 @@ std::filesystem::path rank_folder(const std::filesystem::path& output, int64_t r
                                   int64_t world_size);
 
 // rank.json: written when a rank has passed its start-up checks (state "running") and when it
-// ends ("done", "stopped", "failed"); a start-up that is refused leaves it as it was.
+// ends ("done", "stopped", "failed"); a start-up that is refused leaves it as it was. A run
+// writes it through RankLifecycle (storage/rank_lifecycle.hpp) alone.
 struct RankRecord {
   std::string output_id;  // of the rank's output (its settings'); empty before its start-up
   int64_t rank = 0;

@@ -908,10 +908,10 @@ def test_second_writer_is_refused_while_the_first_runs(precompute, oracle, datas
 
 def test_changed_settings_are_refused_listing_what_changed(precompute, oracle, dataset,
                                                            tmp_path, probes):
-    """A rerun with settings that change stored values (sampling fps, frame size, storage
-    dtype, another encoder file) on an interrupted run exits 2 listing what changed, and leaves
-    every committed file as it was; batch size and thread counts may change, and the finished
-    output still equals the oracle."""
+    """A rerun with settings that change stored values (sampling fps, frame size, autorotation,
+    storage dtype, another encoder file) on an interrupted run exits 2 listing what changed, and
+    leaves every committed file as it was; batch size and thread counts may change, and the
+    finished output still equals the oracle."""
     out = tmp_path / "out"
     partial_run(precompute, out)
     state = folder_state(out)
@@ -921,6 +921,7 @@ def test_changed_settings_are_refused_listing_what_changed(precompute, oracle, d
     changes = {
         "fps": (lambda c: c["video"].update(sampling={"fps": 2}), "video.fps"),
         "size": (lambda c: c["video"].update(size=48), "video.size"),
+        "autorotate": (lambda c: c["video"].update(autorotate=False), "video.autorotate"),
         "dtype": (lambda c: c["output"].update(dtype="float32"), "output.dtype"),
         "encoder": (lambda c: c["video"]["encoder"].update(path=str(other_encoder)),
                     "video encoder other_video.pt"),
