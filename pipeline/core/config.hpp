@@ -136,7 +136,8 @@ using Float3 = std::array<float, 3>;
 // The model behind one encoder: keys encoder.type and encoder.path of every modality's section.
 #define PRECOMPUTE_ENCODER_SPEC_KEYS(KEY, MEMBER, ROW)                                          \
   KEY(EncoderType, type, EncoderType::kTorchScript,                                             \
-      "torchscript (a file), pt2 (an AOTInductor package; the default for a .pt2 file), or bert (a Hugging Face folder; text only)",                         \
+      "torchscript (a file); pt2 (an AOTInductor package, video and audio; the default for a "      \
+      ".pt2 file); bert (a Hugging Face folder, text only)",                                        \
       Spec().key("encoder.type").in_fingerprint())                                              \
   KEY(std::filesystem::path, path, {}, "resolved against the config file's folder",             \
       Spec().key("encoder.path").no_default().in_record().required("the encoder's model file"))
