@@ -25,6 +25,28 @@ namespace {
 constexpr const char* kMetadataKey = "precompute.encoder";
 constexpr const char* kDeviceKey = "AOTI_DEVICE_KEY";
 
+// A package's declaration (Note [A package declares its inputs]) and where it was found, for
+// messages: its metadata, else the file beside it.
+struct Declaration {
+  std::string text;
+  std::string where;
+};
+
+std::optional<Declaration> find_declaration(
+    const std::unordered_map<std::string, std::string>& metadata,
+    const std::filesystem::path& file) {
+  if (const auto it = metadata.find(kMetadataKey); it != metadata.end()) {
+    return Declaration{it->second,
+                       detail::concat(file.string(), " (metadata '", kMetadataKey, "')")};
+  }
+  const std::string sidecar = file.string() + ".json";
+  std::ifstream in(sidecar);
+  if (!in.good()) return std::nullopt;
+  return Declaration{
+      std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+      sidecar};
+}
+
 std::string sidecar_hint(const std::filesystem::path& file) {
   return detail::concat(
       "store what it takes in it (aot_inductor.metadata {\"", kMetadataKey,
@@ -122,12 +144,10 @@ std::string describe_shape(at::IntArrayRef sizes) {
 }  // namespace
 
 std::optional<std::string> pt2_declaration(const std::filesystem::path& file) {
-  const auto metadata =
-      torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(), "model");
-  if (const auto it = metadata.find(kMetadataKey); it != metadata.end()) return it->second;
-  std::ifstream in(file.string() + ".json");
-  if (!in.good()) return std::nullopt;
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto found = find_declaration(
+      torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(), "model"),
+      file);
+  return found ? std::optional<std::string>(found->text) : std::nullopt;
 }
 
 std::string describe_pt2_input(const Pt2Input& input) {
@@ -157,19 +177,12 @@ Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
            modality_name(use_.modality), " runs on ", device.str(),
            ": export the package again for ", wanted, ", or set ",
            modality_name(use_.modality), ".device (or run.device) to ", compiled_for);
-  if (const auto it = metadata.find(kMetadataKey); it != metadata.end()) {
-    inputs_ = parse_inputs(it->second, detail::concat(file.string(), " (metadata '",
-                                                      kMetadataKey, "')"));
-  } else {
-    const std::filesystem::path sidecar = file.string() + ".json";
-    std::ifstream in(sidecar);
-    PC_CHECK(in.good(), ModelError, what,
-             " does not say what input it takes, and a package runs a wrong-sized or "
-             "wrong-typed input silently: ",
-             sidecar_hint(file));
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    inputs_ = parse_inputs(text, sidecar);
-  }
+  const auto declaration = find_declaration(metadata, file);
+  PC_CHECK(declaration.has_value(), ModelError, what,
+           " does not say what input it takes, and a package runs a wrong-sized or "
+           "wrong-typed input silently: ",
+           sidecar_hint(file));
+  inputs_ = parse_inputs(declaration->text, declaration->where);
   PC_CHECK(at::isFloatingType(inputs_.front().dtype) && inputs_.front().dtype == dtype_,
            ModelError, what, " takes ", describe_pt2_input(inputs_.front()), " and ",
            modality_name(use_.modality), ".dtype is ", compute_dtype_name(dtype),
