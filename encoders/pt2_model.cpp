@@ -1,10 +1,16 @@
 #include "encoders/pt2_model.hpp"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "encoders/model_failure_message.hpp"
 #include "pipeline/core/error.hpp"
@@ -43,15 +49,14 @@ std::optional<Declaration> find_declaration(
   std::ifstream in(sidecar);
   if (!in.good()) return std::nullopt;
   return Declaration{
-      std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
-      sidecar};
+      std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), sidecar};
 }
 
 std::string sidecar_hint(const std::filesystem::path& file) {
-  return detail::concat(
-      "store what it takes in it (aot_inductor.metadata {\"", kMetadataKey,
-      "\": JSON}) or write ", file.string(), ".json: {\"inputs\": [{\"shape\": [-1, 3, 224, "
-      "224], \"dtype\": \"float32\"}]} (-1 for a dynamic dimension)");
+  return detail::concat("store what it takes in it (aot_inductor.metadata {\"", kMetadataKey,
+                        "\": JSON}) or write ", file.string(),
+                        ".json: {\"inputs\": [{\"shape\": [-1, 3, 224, "
+                        "224], \"dtype\": \"float32\"}]} (-1 for a dynamic dimension)");
 }
 
 at::ScalarType parse_dtype(const std::string& name, const std::filesystem::path& where) {
@@ -80,8 +85,8 @@ std::vector<Pt2Input> parse_inputs(const std::string& text, const std::filesyste
       for (const auto& d : item["shape"]) {
         PC_CHECK(d.is_number_integer() && d.get<int64_t>() >= -1 && d.get<int64_t>() != 0 &&
                      d.get<int64_t>() <= (int64_t{1} << 40),
-                 ModelError, where, ": shape ", item["shape"].dump(),
-                 " holds ", d.dump(), "; each dimension is a positive size, or -1 (dynamic)");
+                 ModelError, where, ": shape ", item["shape"].dump(), " holds ", d.dump(),
+                 "; each dimension is a positive size, or -1 (dynamic)");
         input.shape.push_back(d.get<int64_t>());
       }
       PC_CHECK(!input.shape.empty(), ModelError, where, ": an input of shape [] (a scalar)");
@@ -107,10 +112,20 @@ void load_libtorch_for_packages() {
 // LibTorch's loader unpacks a package (its compiled code, and weights as big as the model) into
 // a fresh folder /tmp/XXXXXX, whatever TMPDIR says, and removes it only when the model is
 // destroyed: a crash, a kill -9 or the OOM killer leaves a copy of the model in /tmp each time,
-// and a node that restarts precompute for weeks fills up. Once loaded, the package's code is
-// mapped into the process and its weights are in memory, so the folder is removed at once; the
-// mapped library is found in /proc/self/maps, which names exactly this process's folders.
-void remove_unpacked_folders() {
+// and a node that restarts precompute for weeks fills up. Which folders are this process's is
+// read from /proc/self/maps (the package's library is mapped from there).
+// - A CPU package needs nothing more from the folder once loaded (its code is mapped, its weights
+//   in memory), so the folder is removed at once.
+// - A CUDA package loads each kernel's cubin from the folder the first time the kernel runs, and
+//   which kernels run depends on the batch's shape, so the folder must outlive the model. Its
+//   name goes into a ledger instead, /tmp/precompute-pt2/<pid>.<folder>, and each load first
+//   removes the folders of ledger entries whose process is gone. So a killed run's copy is
+//   removed by the next run that loads a package on that machine.
+constexpr const char* kLedger = "/tmp/precompute-pt2";
+
+// The folders /tmp/XXXXXX that hold a package this process has loaded.
+std::vector<std::filesystem::path> unpacked_folders() {
+  std::vector<std::filesystem::path> found;
   std::ifstream maps("/proc/self/maps");
   std::string line;
   const std::string marker = "/data/aotinductor/";
@@ -124,8 +139,64 @@ void remove_unpacked_folders() {
     const std::filesystem::path root =
         std::filesystem::path(mapped.string().substr(0, at)).parent_path();
     if (root.parent_path() != "/tmp" || root.filename().string().size() != 6) continue;
+    if (std::find(found.begin(), found.end(), root) == found.end()) found.push_back(root);
+  }
+  return found;
+}
+
+// Removes the folders of ledger entries whose process has ended, and those entries.
+void remove_folders_of_ended_runs() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto dot = name.find('.');
+    if (dot == std::string::npos || dot == 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str(), &end, 10);
+    if (end != name.c_str() + dot || pid <= 0) continue;
+    // Alive, or not ours to ask about: kept until it has ended.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    const std::string folder = name.substr(dot + 1);
+    // Only what the loader makes: six characters, directly in /tmp.
+    if (folder.size() == 6 && folder.find('/') == std::string::npos && folder != ".." &&
+        folder != ".") {
+      std::error_code ignored;
+      std::filesystem::remove_all(std::filesystem::path("/tmp") / folder, ignored);
+    }
+    std::error_code ignored;
+    std::filesystem::remove(entry.path(), ignored);
+  }
+}
+
+// Removes this process's ledger entries whose folder is gone (LibTorch removed it with its model).
+void forget_removed_folders() {
+  std::error_code ec;
+  const std::string mine = std::to_string(::getpid()) + ".";
+  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(mine, 0) != 0) continue;
+    std::error_code ignored;
+    if (!std::filesystem::exists(std::filesystem::path("/tmp") / name.substr(mine.size()),
+                                 ignored)) {
+      std::filesystem::remove(entry.path(), ignored);
+    }
+  }
+}
+
+// After a load: removes the package's folder (CPU), or writes it into the ledger (CUDA).
+void settle_unpacked_folders(bool keep) {
+  for (const auto& folder : unpacked_folders()) {
     std::error_code ec;
-    std::filesystem::remove_all(root, ec);
+    if (!keep) {
+      std::filesystem::remove_all(folder, ec);
+      continue;
+    }
+    std::filesystem::create_directories(kLedger, ec);
+    // Anyone's runs on the machine share the ledger; each removes only ended processes' folders.
+    std::filesystem::permissions(
+        kLedger, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
+    std::ofstream(std::filesystem::path(kLedger) /
+                  (std::to_string(::getpid()) + "." + folder.filename().string()));
   }
 }
 
@@ -154,14 +225,14 @@ std::string describe_pt2_input(const Pt2Input& input) {
   return describe_shape(input.shape) + " " + dtype_name(input.dtype);
 }
 
-Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
-                   ComputeDtype dtype, ModelUse use)
+Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device, ComputeDtype dtype,
+                   ModelUse use)
     : file_(file), device_(device), dtype_(to_scalar_type(dtype)), use_(std::move(use)) {
   const std::string what = detail::concat(modality_name(use_.modality), " model ", file.string());
   std::unordered_map<std::string, std::string> metadata;
   try {
-    metadata = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(),
-                                                                                    "model");
+    metadata =
+        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(), "model");
   } catch (const std::exception& e) {
     PC_THROW(ModelError, what, " is not an AOTInductor package with a model named 'model' (",
              model_message_line(error_text(e)),
@@ -175,33 +246,40 @@ Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
   PC_CHECK(compiled_for == wanted, ModelError, what, " was compiled for ",
            compiled_for.empty() ? "an unknown device" : compiled_for, ", and ",
            modality_name(use_.modality), " runs on ", device.str(),
-           ": export the package again for ", wanted, ", or set ",
-           modality_name(use_.modality), ".device (or run.device) to ", compiled_for);
+           ": export the package again for ", wanted, ", or set ", modality_name(use_.modality),
+           ".device (or run.device) to ", compiled_for);
   const auto declaration = find_declaration(metadata, file);
   PC_CHECK(declaration.has_value(), ModelError, what,
            " does not say what input it takes, and a package runs a wrong-sized or "
            "wrong-typed input silently: ",
            sidecar_hint(file));
   inputs_ = parse_inputs(declaration->text, declaration->where);
-  PC_CHECK(at::isFloatingType(inputs_.front().dtype) && inputs_.front().dtype == dtype_,
-           ModelError, what, " takes ", describe_pt2_input(inputs_.front()), " and ",
-           modality_name(use_.modality), ".dtype is ", compute_dtype_name(dtype),
-           ": set ", modality_name(use_.modality), ".dtype to the package's, or export it "
-           "again in ", compute_dtype_name(dtype));
+  PC_CHECK(at::isFloatingType(inputs_.front().dtype) && inputs_.front().dtype == dtype_, ModelError,
+           what, " takes ", describe_pt2_input(inputs_.front()), " and ",
+           modality_name(use_.modality), ".dtype is ", compute_dtype_name(dtype), ": set ",
+           modality_name(use_.modality),
+           ".dtype to the package's, or export it "
+           "again in ",
+           compute_dtype_name(dtype));
   load_libtorch_for_packages();
   try {
     const c10::DeviceIndex index = device.is_cuda() ? (device.has_index() ? device.index() : 0)
                                                     : static_cast<c10::DeviceIndex>(-1);
+    remove_folders_of_ended_runs();
     loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         file.string(), "model", /*run_single_threaded=*/false, /*num_runners=*/1, index);
-    remove_unpacked_folders();
+    settle_unpacked_folders(/*keep=*/device.is_cuda());
   } catch (const std::exception& e) {
     PC_THROW(ModelError, "cannot load ", what, " onto ", device.str(), ": ",
              model_message_line(error_text(e)));
   }
 }
 
-Pt2Model::~Pt2Model() = default;
+Pt2Model::~Pt2Model() {
+  // LibTorch removes the package's folder with the model; its ledger entry goes too.
+  loader_.reset();
+  forget_removed_folders();
+}
 
 at::Tensor Pt2Model::forward(std::vector<at::Tensor> inputs) {
   const auto given = [&] {
@@ -219,7 +297,8 @@ at::Tensor Pt2Model::forward(std::vector<at::Tensor> inputs) {
   }
   if (!fits) {
     std::string declared;
-    for (const auto& in : inputs_) declared += (declared.empty() ? "" : ", ") + describe_pt2_input(in);
+    for (const auto& in : inputs_)
+      declared += (declared.empty() ? "" : ", ") + describe_pt2_input(in);
     PC_THROW(ModelError, modality_name(use_.modality), " model ", file_, " takes ", declared,
              " and was given ", given(), ", shaped by ", use_.input_keys,
              " (a package checks nothing itself: this call was refused, not run): change those "

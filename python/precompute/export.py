@@ -42,7 +42,7 @@ class InputSpec:
 
 
 def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str, Path],
-            device: str = "cpu", max_batch: int = 65536,
+            device: str = "cpu", max_batch: int = 65535,
             settings: Optional[Dict[str, dict]] = None) -> Path:
     """Exports `module` (eval mode, on `device`) with every -1 dimension dynamic and dimension 0
     shared by all inputs (the batch), compiles it with AOTInductor and writes `out` (.pt2) with
@@ -57,6 +57,8 @@ def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str
         if not spec.shape or spec.shape[0] != -1:
             raise ValueError(f"shape {spec.shape}: dimension 0 is the batch and must be -1")
     module = module.eval().to(device)
+    # 65535: on cuda, Inductor's kernels put the batch on a grid dimension of at most 2^16 - 1
+    # blocks, and export refuses a range its guards do not cover.
     batch = torch.export.Dim("batch", min=1, max=max_batch)
     dynamic = []
     for k, spec in enumerate(inputs):

@@ -69,7 +69,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, required=True)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    clips = sorted(c for c in args.clips.glob("*.mp4") if "444" not in c.name)[:6]
+    clips = sorted(c.resolve() for c in args.clips.glob("*.mp4") if "444" not in c.name)[:6]
     failed = 0
 
     def report(check: str, ok: bool, **facts) -> None:

@@ -5,7 +5,9 @@ declares, a package that declares nothing, a package for another device, a file 
 package, a package under text. Packages are compiled here, on the CPU, from the demo encoders."""
 
 import json
+import secrets
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -183,6 +185,43 @@ def test_unpacked_packages_leave_nothing_in_tmp_even_after_a_kill(binary, models
                        env={"PRECOMPUTE_CRASH_AT": "shard-before-rename@1"})
     assert r.returncode == -9, r.stderr[-2000:]
     assert unpacked_in_tmp() - before == set()
+
+
+def test_a_killed_gpu_runs_unpacked_package_is_removed_by_the_next_run(binary, models, manifest,
+                                                                       tmp_path):
+    """A package for cuda keeps its folder while it runs (its kernels load from it), named in the
+    ledger /tmp/precompute-pt2 as <pid>.<folder> (Note [Unpacked packages]); the next load on the
+    machine removes the folders of ended processes and keeps those of live ones. Played here with
+    ledger entries made by hand: a process that has ended, one still running."""
+    ledger = Path("/tmp/precompute-pt2")
+    ledger.mkdir(exist_ok=True)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    alive = subprocess.Popen(["sleep", "60"])
+    folders = {}
+    try:
+        for who, pid in (("ended", ended.pid), ("alive", alive.pid)):
+            while True:
+                name = secrets.token_hex(3)
+                if not (Path("/tmp") / name).exists():
+                    break
+            folder = Path("/tmp") / name
+            (folder / "model" / "data" / "aotinductor").mkdir(parents=True)
+            (ledger / f"{pid}.{name}").touch()
+            folders[who] = (folder, ledger / f"{pid}.{name}")
+        # An entry naming something that is no loader's folder is dropped without a removal.
+        (ledger / f"{ended.pid}.tmp").touch()
+        run_precompute(binary, tmp_path, config(manifest, tmp_path / "out",
+                                                models / "video.pt2", models / "audio.pt2"))
+        assert not folders["ended"][0].exists() and not folders["ended"][1].exists()
+        assert folders["alive"][0].exists() and folders["alive"][1].exists()
+        assert not (ledger / f"{ended.pid}.tmp").exists() and Path("/tmp").exists()
+    finally:
+        alive.kill()
+        alive.wait()
+        for folder, entry in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
+            entry.unlink(missing_ok=True)
 
 
 def test_a_package_brings_its_preprocessing_and_the_config_file_still_wins(
