@@ -37,6 +37,11 @@ struct DecoderCapabilities {
   // The decoder stays open from file to file, so frames of the previous file may still come
   // out (owns() tells them apart).
   bool keeps_decoder = false;
+  // Non-reference frames no target keeps are dropped before they are decoded (Note [Skipping
+  // frames nobody keeps] in video_decoder.cpp), when seeking is on, for files whose targets lie
+  // at least this many frames apart on average; 0: always. Where dropping costs more than it
+  // saves at dense sampling (Note [NVDEC drops frames only at sparse sampling]).
+  double drops_frames_from_gap = 0.0;
 };
 
 class VideoDecoderBackend {

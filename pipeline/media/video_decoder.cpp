@@ -109,7 +109,9 @@ using ffmpeg::SwsContextPtr;
 // references, so a frame sent with skipping allowed may vanish and never counts as q. Each
 // packet's pts is known before it is decoded (B-frames come after the frames that follow them
 // on screen), which is what makes this work. The frames kept are those of a full decode; the
-// tests that check seeking check this too.
+// tests that check seeking check this too. Whether it pays depends on the backend: a session
+// drops frames only at sparse sampling (Note [NVDEC drops frames only at sparse sampling] in
+// nvdec_decoder_backend.cpp).
 
 // Target times t_k, in ticks of the stream's time base from its start.
 std::vector<int64_t> sample_offsets(int64_t duration, AVRational time_base,
@@ -623,7 +625,16 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   // next target is still to come; cleared when the demuxer moves (a seek, an undo).
   std::set<int64_t> shown;
   constexpr size_t kShownLimit = 64;  // well past any decoder's reorder depth (H.264: 16)
-  const bool skipping = options.seek;
+  // Frames between targets on average, from the header's frame rate; unknown counts as sparse.
+  using Dropping = VideoDecodeOptions::FrameDropping;
+  const double frames_per_target =
+      frame_rate.num > 0 && frame_rate.den > 0
+          ? duration_s * av_q2d(frame_rate) / static_cast<double>(count)
+          : std::numeric_limits<double>::infinity();
+  const bool skipping =
+      options.seek && (options.drop_frames == Dropping::kAuto
+                           ? frames_per_target >= caps.drops_frames_from_gap
+                           : options.drop_frames == Dropping::kOn);
   const auto before_send = [&](const AVPacket& packet) {
     backend.before_packet(packet);
     if (flush_unless_idr) {

@@ -47,6 +47,12 @@ struct VideoDecodeOptions {
   // on NVDEC never does, whatever this says. false is there so the CPU tests can check the
   // flushless seek frame by frame.
   bool flush_on_seek = true;
+  // Whether non-reference frames no target keeps are dropped when seek is on (Note [Skipping
+  // frames nobody keeps]): kAuto leaves it to the backend (DecoderCapabilities::
+  // drops_frames_from_gap);
+  // the others are for measuring both ways (tools/bench/decode_bench.cpp --drop-frames).
+  enum class FrameDropping { kAuto, kOn, kOff };
+  FrameDropping drop_frames = FrameDropping::kAuto;
   // For decode_video without a backend, which backend it makes (NvdecDecoderBackend when
   // either is set, else CpuDecoderBackend). Decode on this NVDEC session and convert on its
   // GPU; null: on the CPU. A stream the engine cannot take is decoded on the CPU by the same

@@ -85,7 +85,11 @@ void expect_same_frames(const VideoFrames& got, const VideoFrames& expected,
 // A backend that hands every call to a CPU backend and counts them.
 class CountingBackend final : public VideoDecoderBackend {
  public:
-  DecoderCapabilities capabilities() const override { return cpu_.capabilities(); }
+  DecoderCapabilities capabilities() const override {
+    DecoderCapabilities caps = cpu_.capabilities();
+    caps.drops_frames_from_gap = drops_frames_from_gap;
+    return caps;
+  }
   void open(const AVStream* stream, const VideoDecodeOptions& options,
             const std::filesystem::path& file) override {
     ++opens;
@@ -105,6 +109,7 @@ class CountingBackend final : public VideoDecoderBackend {
     cpu_.close(drained);
   }
 
+  double drops_frames_from_gap = 0.0;  // the CPU's: always
   int opens = 0;
   int closes = 0;
   int64_t seeks = 0;
@@ -166,6 +171,39 @@ TEST(DecoderBackend, SeekingKeepsTheFramesOfAFullDecodeWithOrWithoutAFlush) {
   }
 }
 
+// Note [NVDEC drops frames only at sparse sampling]: a backend that drops frames only where
+// targets lie 15 frames apart decodes every frame at 5 a second on 25-fps video (5 apart) and
+// drops at 1 every 2 seconds (50 apart), and the frames kept are the same either way.
+TEST(DecoderBackend, ABackendDropsFramesOnlyWhereTargetsLieAsFarApartAsItSays) {
+  TempDir dir;
+  const auto clip = make_clip(dir);
+  using Dropping = VideoDecodeOptions::FrameDropping;
+  const auto decode = [&](double fps, double from_gap, Dropping dropping) {
+    VideoDecodeOptions options = fps_options(fps);
+    options.drop_frames = dropping;
+    CountingBackend backend;
+    backend.drops_frames_from_gap = from_gap;
+    return decode_video(clip, options, backend);
+  };
+  // Dense: the frames no target keeps are dropped only by a backend that always drops.
+  const VideoFrames dense_dropped = decode(5.0, 0.0, Dropping::kAuto);
+  const VideoFrames dense_kept = decode(5.0, 15.0, Dropping::kAuto);
+  const VideoFrames dense_never = decode(5.0, 0.0, Dropping::kOff);
+  expect_same_frames(dense_kept, dense_dropped, "fps 5");
+  // Every frame up to the one past the last target, where decoding stops.
+  EXPECT_GE(dense_never.decoded_frames, 8 * kRate - 1);
+  EXPECT_EQ(dense_kept.decoded_frames, dense_never.decoded_frames);
+  EXPECT_LT(dense_dropped.decoded_frames, dense_kept.decoded_frames);
+  // The options override the backend, both ways.
+  EXPECT_EQ(decode(5.0, 15.0, Dropping::kOn).decoded_frames, dense_dropped.decoded_frames);
+  // Sparse: both backends drop.
+  const VideoFrames sparse_always = decode(0.5, 0.0, Dropping::kAuto);
+  const VideoFrames sparse_from_15 = decode(0.5, 15.0, Dropping::kAuto);
+  expect_same_frames(sparse_from_15, sparse_always, "fps 0.5");
+  EXPECT_EQ(sparse_from_15.decoded_frames, sparse_always.decoded_frames);
+  EXPECT_LT(sparse_from_15.decoded_frames, decode(0.5, 0.0, Dropping::kOff).decoded_frames);
+}
+
 TEST(DecoderBackend, DecodeVideoOpensAndClosesTheBackendOnceAndShowsItEveryPacket) {
   TempDir dir;
   const auto clip = make_clip(dir);
@@ -201,12 +239,14 @@ TEST(DecoderBackend, CapabilitiesSayWhatEachBackendDoes) {
   EXPECT_FALSE(on_cpu.gpu_frames);
   EXPECT_TRUE(on_cpu.may_give_up);
   EXPECT_FALSE(on_cpu.keeps_decoder);
+  EXPECT_EQ(on_cpu.drops_frames_from_gap, 0.0);
 
   // Without a session the NVDEC backend decodes on the CPU, through a kept decoder if given one.
   const NvdecDecoderBackend plain(nullptr, nullptr);
   EXPECT_EQ(plain.capabilities().name, "CPU");
   EXPECT_FALSE(plain.capabilities().gpu_frames);
   EXPECT_FALSE(plain.capabilities().keeps_decoder);
+  EXPECT_EQ(plain.capabilities().drops_frames_from_gap, 0.0);  // dropping pays on the CPU
   KeptDecoder kept(/*hw_device=*/nullptr);
   const NvdecDecoderBackend through_kept(nullptr, &kept);
   EXPECT_TRUE(through_kept.capabilities().keeps_decoder);

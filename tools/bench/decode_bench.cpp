@@ -56,6 +56,7 @@ struct Args {
   bool seek = true;
   bool keep = true;
   bool own_contexts = false;
+  std::string drop_frames = "auto";
   std::vector<std::filesystem::path> files;
 };
 
@@ -63,7 +64,8 @@ struct Args {
   std::fprintf(stderr,
                "decode_bench: %s\nusage: decode_bench [--decoder cpu|nvdec] [--threads N] "
                "[--device D] (--fps X | --num-frames N) [--size S] [--repeat R] [--no-seek] "
-               "[--mode full|plain|cuvid] [--no-keep] [--own-contexts] FILE...\n",
+               "[--mode full|plain|cuvid] [--no-keep] [--own-contexts] [--drop-frames auto|on|off] "
+               "FILE...\n",
                why.c_str());
   std::exit(2);
 }
@@ -91,6 +93,8 @@ Args parse(int argc, char** argv) {
       a.keep = false;
     } else if (args.is("--no-seek")) {
       a.seek = false;
+    } else if (args.is("--drop-frames")) {
+      a.drop_frames = args.text();
     } else if (args.is("--own-contexts")) {
       a.own_contexts = true;
     } else if (args.is_option()) {
@@ -102,6 +106,9 @@ Args parse(int argc, char** argv) {
   if (a.decoder != "cpu" && a.decoder != "nvdec") usage("--decoder is cpu or nvdec");
   if (a.mode != "full" && a.mode != "plain" && a.mode != "cuvid") {
     usage("--mode is full, plain or cuvid");
+  }
+  if (a.drop_frames != "auto" && a.drop_frames != "on" && a.drop_frames != "off") {
+    usage("--drop-frames is auto, on or off");
   }
   if (a.mode == "cuvid" && a.decoder != "nvdec") usage("--mode cuvid needs --decoder nvdec");
   if ((a.fps > 0) == (a.num_frames > 0)) usage("give exactly one of --fps and --num-frames");
@@ -175,6 +182,10 @@ int main(int argc, char** argv) {
   options.height = args.size;
   options.width = args.size;
   options.seek = args.seek;
+  using Dropping = precompute::VideoDecodeOptions::FrameDropping;
+  options.drop_frames = args.drop_frames == "on"    ? Dropping::kOn
+                        : args.drop_frames == "off" ? Dropping::kOff
+                                                    : Dropping::kAuto;
 
   // Sessions first, outside the clock, as precompute makes them at start-up: in one context,
   // as precompute's, or each in its own with --own-contexts (as before Note [One CUDA context
@@ -258,13 +269,14 @@ int main(int argc, char** argv) {
       "\"decoder\": \"%s\", \"threads\": %d, \"seek\": %s, \"clips\": %lld, \"failed\": %lld, "
       "\"on_nvdec\": %lld, \"seconds\": %.3f, \"clips_per_s\": %.2f, \"decoded_frames\": %lld, "
       "\"decoded_frames_per_s\": %.0f, \"kept_frames\": %lld, \"own_contexts\": %s, "
-      "\"open_sessions_s\": %.3f}\n",
+      "\"open_sessions_s\": %.3f, \"drop_frames\": \"%s\"}\n",
       args.mode.c_str(), sum.open, sum.decode, sum.close, in.read, in.send, in.receive, in.seek,
       in.convert, args.decoder.c_str(), args.threads,
       args.seek ? "true" : "false",
       static_cast<long long>(total), static_cast<long long>(failed.load()),
       static_cast<long long>(on_nvdec.load()), seconds, static_cast<double>(total) / seconds,
       static_cast<long long>(decoded.load()), static_cast<double>(decoded.load()) / seconds,
-      static_cast<long long>(kept.load()), args.own_contexts ? "true" : "false", open_sessions_s);
+      static_cast<long long>(kept.load()), args.own_contexts ? "true" : "false", open_sessions_s,
+      args.drop_frames.c_str());
   return failed.load() > 0 ? 1 : 0;
 }

@@ -6,10 +6,13 @@
 # decoded). Engines near 100% mean more sessions cannot help; engines well below it with the
 # sessions' threads always in FFmpeg's calls mean the time goes around the engines.
 #   bash tools/bench/nvdec_engines.sh [CLIP_DIR]
-# SESSION_COUNTS (default "7 14 21"), SAMPLINGS (default "fps1 nf4"; "all": every frame decoded,
+# SESSION_COUNTS (default "7 14 21"), SAMPLINGS (default "fps1 nf4"; "fps4": 4 frames a second,
+# dense sampling, where no keyframe seek helps; "fps4-noskip": the same with seeking and frame
+# dropping off, every frame decoded through precompute's path; "all": every frame decoded,
 # decode_bench --mode plain), CONTEXTS (default "shared": the sessions in one CUDA context, as
 # precompute opens them; "own": a context each, decode_bench --own-contexts), REPEAT (default 40: the
-# clips listed that many times). One JSON line a case: decode_bench's line with the sampling
+# clips listed that many times), DROP_FRAMES (default auto: decode_bench --drop-frames). One
+# JSON line a case: decode_bench's line with the sampling
 # and the utilisation samples' mean, median, max and count added.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -21,8 +24,11 @@ for sampling in ${SAMPLINGS:-fps1 nf4}; do
   case $sampling in
     fps1) sampling_args=(--fps 1) ;;
     nf4) sampling_args=(--num-frames 4) ;;
+    fps4) sampling_args=(--fps 4) ;;
+    fps4-noskip) sampling_args=(--fps 4 --no-seek) ;;
     all) sampling_args=(--mode plain --num-frames 4) ;;  # every frame, no seeking or dropping
-    *) echo "nvdec_engines: sampling $sampling is fps1, nf4 or all" >&2; exit 2 ;;
+    *) echo "nvdec_engines: sampling $sampling is fps1, nf4, fps4, fps4-noskip or all" >&2
+       exit 2 ;;
   esac
   for sessions in ${SESSION_COUNTS:-7 14 21}; do
     for contexts in ${CONTEXTS:-shared}; do
@@ -32,7 +38,8 @@ for sampling in ${SAMPLINGS:-fps1 nf4}; do
         > "$samples" 2>/dev/null &
       sampler=$!
       line=$(timeout 300 "$bench" --decoder nvdec --threads "$sessions" "${sampling_args[@]}" \
-        "${context_args[@]}" --repeat "${REPEAT:-40}" "${clips[@]}" 2>/dev/null) || status=1
+        "${context_args[@]}" --drop-frames "${DROP_FRAMES:-auto}" --repeat "${REPEAT:-40}" \
+        "${clips[@]}" 2>/dev/null) || status=1
       kill "$sampler" 2>/dev/null
       wait "$sampler" 2>/dev/null
       SAMPLING=$sampling LINE=$line python3 - "$samples" <<'PY'

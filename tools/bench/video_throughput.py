@@ -2,7 +2,8 @@
 PyNvVideoCodec, same clips, same model, same run (tools/bench/run_gpu_video_bench.sh runs it).
 
 Workload (the issue's): every clip of --clips repeated --copies times (8 x 100 = 800 clips),
-sampled at 1 frame per second (fps1) or 4 frames spread over the clip (nf4), each frame resized to
+sampled at 1 frame per second (fps1; fpsN: N frames a second) or 4 frames spread over the clip (nf4),
+each frame resized to
 224x224 and normalised, ResNet-50 (random weights, fp16, torchvision's, TorchScript) on one GPU,
 frames mean-pooled per clip. precompute writes its HDF5 shards; the peer keeps its vectors in
 memory (it does less).
@@ -30,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 
 import precompute_run  # runs precompute and reads its summary (same folder)
-from text_scale import child_cpu_seconds, timeline
+from text_scale import child_cpu_seconds
 
 WORK = Path("/tmp/video-bench")
 
@@ -46,6 +47,14 @@ def export_model() -> Path:
         m.eval()
         torch.jit.trace(m, torch.randn(2, 3, 224, 224)).save(str(path))
     return path
+
+
+def sampling_section(sampling: str) -> dict:
+    """video.sampling for a sampling name: fpsN (N frames a second) or nf4 (4 frames a clip)."""
+    if sampling.startswith("fps"):
+        return {"fps": float(sampling[3:])}
+    assert sampling == "nf4", f"sampling {sampling} is fpsN or nf4"
+    return {"num_frames": 4}
 
 
 def clip_list(clips: Path, copies: int) -> list:
@@ -71,7 +80,7 @@ def time_precompute(binary: Path, model: Path, files: list, sampling: str, decod
         "run": {"device": devices, "decode_threads": decode_threads,
                 "max_in_flight": max_in_flight},
         "video": {"encoder": {"path": str(model)}, "dtype": "float16", "size": 224,
-                  "sampling": {"fps": 1} if sampling == "fps1" else {"num_frames": 4},
+                  "sampling": sampling_section(sampling),
                   "pooling": "mean", "decoder": decoder, "nvdec_sessions": sessions,
                   "batch_size": 64} | video_extra,
     }
@@ -84,8 +93,8 @@ def time_precompute(binary: Path, model: Path, files: list, sampling: str, decod
     at_once = video["cpu_decodes_at_once"]
     got_timeline = {}
     if log_level in ("debug", "trace"):
-        # The start-up and exit lines' seconds from the process's start (text_scale.timeline).
-        got_timeline = {"timeline": timeline(run.log, started, ended)}
+        # The start-up and exit lines' seconds from the process's start.
+        got_timeline = {"timeline": run.timeline(started, ended)}
         for at, what in got_timeline["timeline"]:
             print(f"  {tag} {at:7.3f} s  {what}", flush=True)
     return got_timeline | {"clips": run.samples, "whole_s": run.wall_s, "run_s": run.run_s,
@@ -117,8 +126,9 @@ torch.cuda.synchronize()
 local = threading.local()
 
 def times(duration):
-    if sampling == "fps1":
-        return [k + 0.5 for k in range(max(1, int(duration)))]
+    if sampling.startswith("fps"):
+        per_s = float(sampling[3:])
+        return [(k + 0.5) / per_s for k in range(max(1, int(duration * per_s)))]
     return [(k + 0.5) * duration / 4 for k in range(4)]
 
 def one(path):
