@@ -123,6 +123,9 @@ void load_libtorch_for_packages() {
 //   removed by the next run that loads a package on that machine.
 constexpr const char* kLedger = "/tmp/precompute-pt2";
 
+// Whether `name` is one the loader gives its folders in /tmp: six characters (mkdtemp's XXXXXX).
+bool loader_folder_name(const std::string& name) { return name.size() == 6; }
+
 // The folders /tmp/XXXXXX that hold a package this process has loaded.
 std::vector<std::filesystem::path> unpacked_folders() {
   std::vector<std::filesystem::path> found;
@@ -138,7 +141,7 @@ std::vector<std::filesystem::path> unpacked_folders() {
     // /tmp/XXXXXX/<package>/data/aotinductor/<model>/<name>.so: the folder is two above "data".
     const std::filesystem::path root =
         std::filesystem::path(mapped.string().substr(0, at)).parent_path();
-    if (root.parent_path() != "/tmp" || root.filename().string().size() != 6) continue;
+    if (root.parent_path() != "/tmp" || !loader_folder_name(root.filename().string())) continue;
     if (std::find(found.begin(), found.end(), root) == found.end()) found.push_back(root);
   }
   return found;
@@ -157,13 +160,10 @@ void remove_folders_of_ended_runs() {
     // Alive, or not ours to ask about: kept until it has ended.
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     const std::string folder = name.substr(dot + 1);
-    // Only what the loader makes: six characters, directly in /tmp.
-    if (folder.size() == 6 && folder.find('/') == std::string::npos && folder != ".." &&
-        folder != ".") {
-      std::error_code ignored;
+    std::error_code ignored;
+    if (loader_folder_name(folder)) {
       std::filesystem::remove_all(std::filesystem::path("/tmp") / folder, ignored);
     }
-    std::error_code ignored;
     std::filesystem::remove(entry.path(), ignored);
   }
 }
@@ -183,20 +183,25 @@ void forget_removed_folders() {
   }
 }
 
-// After a load: removes the package's folder (CPU), or writes it into the ledger (CUDA).
-void settle_unpacked_folders(bool keep) {
-  for (const auto& folder : unpacked_folders()) {
-    std::error_code ec;
-    if (!keep) {
-      std::filesystem::remove_all(folder, ec);
-      continue;
-    }
+// After a load, for the folders it unpacked (those not in `before`): removes them (CPU), or
+// writes them into the ledger (CUDA). The process's other packages keep theirs: a CPU package
+// loaded after a CUDA one must not take the CUDA one's kernels away.
+void settle_unpacked_folders(const std::vector<std::filesystem::path>& before, bool keep) {
+  std::error_code ec;
+  if (keep) {
     std::filesystem::create_directories(kLedger, ec);
     // Anyone's runs on the machine share the ledger; each removes only ended processes' folders.
     std::filesystem::permissions(
         kLedger, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
-    std::ofstream(std::filesystem::path(kLedger) /
-                  (std::to_string(::getpid()) + "." + folder.filename().string()));
+  }
+  for (const auto& folder : unpacked_folders()) {
+    if (std::find(before.begin(), before.end(), folder) != before.end()) continue;
+    if (keep) {
+      std::ofstream(std::filesystem::path(kLedger) /
+                    (std::to_string(::getpid()) + "." + folder.filename().string()));
+    } else {
+      std::filesystem::remove_all(folder, ec);
+    }
   }
 }
 
@@ -257,18 +262,17 @@ Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
   PC_CHECK(at::isFloatingType(inputs_.front().dtype) && inputs_.front().dtype == dtype_, ModelError,
            what, " takes ", describe_pt2_input(inputs_.front()), " and ",
            modality_name(use_.modality), ".dtype is ", compute_dtype_name(dtype), ": set ",
-           modality_name(use_.modality),
-           ".dtype to the package's, or export it "
-           "again in ",
+           modality_name(use_.modality), ".dtype to the package's, or export it again in ",
            compute_dtype_name(dtype));
   load_libtorch_for_packages();
   try {
     const c10::DeviceIndex index = device.is_cuda() ? (device.has_index() ? device.index() : 0)
                                                     : static_cast<c10::DeviceIndex>(-1);
     remove_folders_of_ended_runs();
+    const auto before = unpacked_folders();
     loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         file.string(), "model", /*run_single_threaded=*/false, /*num_runners=*/1, index);
-    settle_unpacked_folders(/*keep=*/device.is_cuda());
+    settle_unpacked_folders(before, /*keep=*/device.is_cuda());
   } catch (const std::exception& e) {
     PC_THROW(ModelError, "cannot load ", what, " onto ", device.str(), ": ",
              model_message_line(error_text(e)));
