@@ -49,8 +49,8 @@ struct VideoDecodeOptions {
   bool flush_on_seek = true;
   // Whether non-reference frames no target keeps are dropped when seek is on (Note [Skipping
   // frames nobody keeps]): kAuto leaves it to the backend (DecoderCapabilities::
-  // drops_frames_from_gap);
-  // the others are for measuring both ways (tools/bench/decode_bench.cpp --drop-frames).
+  // drops_frames_from_gap); the others are for measuring both ways (tools/bench/decode_bench.cpp
+  // --drop-frames).
   enum class FrameDropping { kAuto, kOn, kOff };
   FrameDropping drop_frames = FrameDropping::kAuto;
   // For decode_video without a backend, which backend it makes (NvdecDecoderBackend when
