@@ -340,6 +340,9 @@ BudgetedLimits apply_memory_budget(const Config& config, const EncoderPools& poo
                    name, device, c.per_unit / 1024.0, format_bytes(static_cast<int64_t>(c.fixed)),
                    format_bytes(c.need), format_bytes(c.share), c.units * fit_samples, c.units,
                    fit_samples, format_bytes(check.peak_extra_reserved));
+      b.encoders.push_back({m, c.need, c.share, c.units,
+                            out.limits[modality_index(m)]->max_cost, fit_samples,
+                            check.peak_extra_reserved});
     }
     spdlog::info("{}: budget {} (weights {}, {} concurrent calls, shared by measured need)",
                  device, format_bytes(b.budget_bytes), format_bytes(b.weights_bytes),

@@ -39,6 +39,17 @@ struct BatchProbe {
 };
 BatchProbe probe_batch(Encoder& encoder, const PreparedSamplePtr& sample, int batch);
 
+// What one GPU encoder got from its device's budget (the run summary's memory.gpu_budget).
+struct EncoderBudget {
+  Modality modality = Modality::kVideo;
+  int64_t need_bytes = 0;      // per call, for one largest sample alone
+  int64_t share_bytes = 0;     // per call, given
+  int64_t sample_units = 0;    // cost units (frames, audio samples, tokens) of a largest sample
+  int64_t batch_units = 0;     // the cost limit of a batch it got
+  int warmup_batch = 0;        // largest samples in the batch that checked the limit
+  int64_t warmup_reserved_bytes = 0;  // what that batch reserved beyond what was reserved before
+};
+
 // What every encoder call on one device may use, and the limit each encoder got from it.
 struct DeviceBudget {
   std::string device;
@@ -47,6 +58,7 @@ struct DeviceBudget {
   int concurrent_calls = 0;    // encode calls that may run at once on the device
   int64_t per_call_bytes = 0;  // (budget - weights) / calls: the mean share; each encoder's own
                                // follows its measured need
+  std::vector<EncoderBudget> encoders;  // the device's GPU encoders, in the order measured
 };
 
 // One GPU encoder as the split of its device's budget sees it (Note [Shares by measured need] in

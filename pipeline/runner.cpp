@@ -33,6 +33,7 @@
 #include "pipeline/resume.hpp"
 #include "pipeline/run_stats.hpp"
 #include "pipeline/run_summary.hpp"
+#include "pipeline/start_up_trace.hpp"
 #include "pipeline/stages/batch_cost_feedback.hpp"
 #include "pipeline/summary_file.hpp"
 #include "storage/dataset_view.hpp"
@@ -202,7 +203,7 @@ void read_checked_input(const Config& config, Input& input) {
   spdlog::info("input: {} samples from {}", input.samples.size(), input.path.string());
   check_usable_input(input.samples, config, input.path, columns);
   check_input_columns(input.samples, columns, config);
-  spdlog::debug("start-up: input checked");
+  mark_start_up("input checked");
   input.sha256 = std::async(std::launch::async, [&samples = input.samples] {
                    return input_identity(samples, samples.size());
                  }).share();
@@ -234,7 +235,7 @@ Output open_output(const Config& config, const RunContext& context, const Input&
                        config.output.keep_columns.names, config.output.path);
     }
   }
-  spdlog::debug("start-up: output folder opened and locked");
+  mark_start_up("output folder opened and locked");
   return output;
 }
 
@@ -247,6 +248,7 @@ struct Calibrated {
   int decode_threads = 1;
   ShardMeta meta;               // what every shard of this run records
   BatchLimitsByModality limits;  // under run.gpu_memory_budget
+  std::vector<DeviceBudget> gpu_budget;  // what that budget came to on each GPU
 };
 
 Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats,
@@ -255,11 +257,12 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
   const auto load_started = Clock::now();
   auto pools = load_encoders(config, &early);
   const double load_seconds = seconds_since(load_started);
+  mark_start_up("encoders loaded and warmed up");
   const auto calibrate_started = Clock::now();
   // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
   // which may refuse the run.
   SamplePreparer preparer(config, stats);
-  spdlog::debug("start-up: decoders and tokenizer set up");
+  mark_start_up("decoders and tokenizer set up");
   // One decode thread per core, plus one per NVDEC session that joins the CPU decoders (Note
   // [Choosing the video decoder]).
   const int decode_threads = config.run.decode_threads > 0
@@ -270,13 +273,14 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
     check_same_settings(output.earlier->meta, meta, semantic_config_json(config),
                         config.output.path);
   }
-  spdlog::debug("start-up: settings recorded and checked");
+  mark_start_up("settings recorded and checked");
   // Batch limits under run.gpu_memory_budget (Note [Memory budgets]); throughput settings only.
-  auto limits = apply_memory_budget(config, pools).limits;
-  spdlog::debug("start-up: batch limits set");
+  auto budgeted = apply_memory_budget(config, pools);
+  mark_start_up("batch limits set");
   const double calibrate_seconds = seconds_since(calibrate_started);
-  return {std::move(pools), load_seconds,    calibrate_seconds, std::move(preparer),
-          decode_threads,   std::move(meta), std::move(limits)};
+  return {std::move(pools),   load_seconds,    calibrate_seconds,
+          std::move(preparer), decode_threads, std::move(meta),
+          std::move(budgeted.limits), std::move(budgeted.devices)};
 }
 
 // The index this run starts from and the work left to do.
@@ -301,7 +305,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   std::optional<OutputIndex> previous;
   if (output.overwrite) {
     output.folder.remove_previous_run();
-    spdlog::debug("start-up: the earlier run's files removed (--overwrite)");
+    mark_start_up("the earlier run's files removed (--overwrite)");
   } else {
     previous = output.folder.load_previous_run(
         [&](int64_t seq) { return input.id_at(seq); },
@@ -320,7 +324,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
                           config.output.path);
     }
     if (previous) index.shards = std::move(previous->shards);
-    spdlog::debug("start-up: the earlier run, if any, read and repaired");
+    mark_start_up("the earlier run, if any, read and repaired");
   }
   index.total_samples = static_cast<int64_t>(input.samples.size());
   index.shard_size = config.output.shard_size;
@@ -348,7 +352,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
     write_index(config.output.path, index);
     refresh_dataset_view(config.output.path, index);  // never throws: the view is a convenience
   }
-  spdlog::debug("start-up: index and view written, or kept when there is nothing to do");
+  mark_start_up("index and view written, or kept when there is nothing to do");
   if (output.overwrite && context.after_overwrite) context.after_overwrite();
 
   if (previous) {
@@ -471,7 +475,7 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
                            },
                            [&](int64_t seq) { return input.columns_at(seq); });
   for (auto& kept : planned.plan.kept) assembler.preload(std::move(kept));
-  spdlog::debug("start-up: graph set up");
+  mark_start_up("graph set up");
   const ProgressContext progress_context{Clock::now(), gpu_devices(calibrated.pools)};
   {
     metrics.write(stats);
@@ -520,6 +524,8 @@ RunSummary summarise(const Config& config, const Calibrated& calibrated, const R
   summary.peak_decoded_bytes = executed.peak_decoded_bytes;
   summary.peak_rss_bytes = peak_rss_bytes();
   summary.device_memory = device_memory_peaks();
+  summary.gpu_budget = calibrated.gpu_budget;
+  summary.start_up = start_up_marks();
   summary.load_seconds = calibrated.load_seconds;
   summary.seconds = seconds_since(run_started) - calibrated.load_seconds;
   // The whole output's failures: a resumed run is judged like an uninterrupted one.
@@ -820,9 +826,10 @@ RunSummary run_rank(const Config& config, const RunContext& context, const Input
 RunSummary run_precompute(const Config& config, const RunContext& context) {
   validate(config);
   const auto run_started = Clock::now();
-  // At debug level every step before the graph ends with a "start-up:" line; the log's
-  // timestamps say how long each took (docs/benchmarks.md's text timeline).
-  spdlog::debug("start-up: config read and checked; the run's clock starts");
+  // Every step before the graph is marked: a "start-up:" line at debug level, and the summary's
+  // `start_up` list of when each ended.
+  clear_start_up_marks();
+  mark_start_up("config read and checked; the run's clock starts");
   configure_torch_threads(config.run.torch_threads);
   EarlyStart early(config);  // Note [Started beside the input's read]
   RunStats stats;

@@ -13,6 +13,8 @@
 
 #include "encoders/encoder.hpp"
 #include "pipeline/empty_modalities.hpp"
+#include "pipeline/memory_budget.hpp"
+#include "pipeline/start_up_trace.hpp"
 #include "pipeline/stages/encode_stage.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/partition.hpp"
@@ -67,6 +69,8 @@ struct RunSummary {
   int64_t peak_rss_bytes = 0;  // the process's peak resident memory
   int64_t peak_decoded_bytes = 0;  // decoded samples held in the pipeline at once, at most
   std::vector<DeviceMemoryPeak> device_memory;  // per CUDA device used
+  std::vector<DeviceBudget> gpu_budget;  // run.gpu_memory_budget's split; empty without one
+  std::vector<StartUpMark> start_up;      // the steps before the graph, as they ended
   double seconds = 0.0;        // from reading the input to the last commit, encoder loading aside
   double load_seconds = 0.0;   // loading and warming up the encoders
   double graph_seconds = 0.0;  // of `seconds`, the graph's: decoding to the last commit

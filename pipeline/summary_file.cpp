@@ -103,6 +103,28 @@ Json run_json(const RunSummary& s) {
           {"oom_splits", s.oom_splits}};
 }
 
+Json gpu_budget_json(const std::vector<DeviceBudget>& devices) {
+  Json out = Json::array();
+  for (const auto& d : devices) {
+    Json encoders = Json::array();
+    for (const auto& e : d.encoders) {
+      encoders.push_back({{"modality", std::string(modality_name(e.modality))},
+                          {"need_bytes", e.need_bytes},
+                          {"share_bytes", e.share_bytes},
+                          {"sample_units", e.sample_units},
+                          {"batch_units", e.batch_units},
+                          {"warmup_batch", e.warmup_batch},
+                          {"warmup_reserved_bytes", e.warmup_reserved_bytes}});
+    }
+    out.push_back({{"device", d.device},
+                   {"budget_bytes", d.budget_bytes},
+                   {"weights_bytes", d.weights_bytes},
+                   {"concurrent_calls", d.concurrent_calls},
+                   {"encoders", std::move(encoders)}});
+  }
+  return out;
+}
+
 Json video_json(const RunSummary& s) {
   const double graph = s.graph_seconds;
   return {{"clips", s.video_clips},
@@ -169,6 +191,11 @@ std::string summary_text(const RunSummary& s) {
                   {"run", s.seconds},
                   {"graph", s.graph_seconds}};
   const auto processed = static_cast<double>(s.processed_samples);
+  Json start_up = Json::array();
+  for (const auto& mark : s.start_up) {
+    start_up.push_back({{"at_s", mark.at_seconds}, {"step", mark.step}});
+  }
+  j["start_up"] = std::move(start_up);
   j["throughput"] = {
       {"samples_per_s", s.seconds > 0 ? processed / s.seconds : 0.0},
       {"samples_per_s_with_load",
@@ -189,7 +216,8 @@ std::string summary_text(const RunSummary& s) {
   }
   j["memory"] = {{"peak_rss_bytes", s.peak_rss_bytes},
                  {"peak_decoded_bytes", s.peak_decoded_bytes},
-                 {"gpu", std::move(gpus)}};
+                 {"gpu", std::move(gpus)},
+                 {"gpu_budget", gpu_budget_json(s.gpu_budget)}};
   j["video_decoding"] = s.modalities[modality_index(Modality::kVideo)] ? video_json(s) : Json();
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

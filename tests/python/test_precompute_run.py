@@ -48,7 +48,15 @@ def test_a_run_is_read_from_its_summary(binary, text_job, tmp_path):
     assert run.samples == 21 and run.per_s == pytest.approx(21 / run.run_s)
     assert run.load_s == run.summary["seconds"]["load"]
     assert {"route", "assemble", "build shards", "commit", "encode text"} <= set(run.busy)
-    assert run.gpu_peak_mib() is None  # on the CPU
+    assert run.gpu_peak_mib() is None and run.calibrations() == []  # on the CPU
+    # Every start-up step, in order, each from the process's start, before it ended.
+    steps = run.timeline()
+    assert [s for _, s in steps[:2]] == ["config read and checked; the run's clock starts",
+                                         "input checked"]
+    assert "encoders loaded and warmed up" in [s for _, s in steps]
+    assert steps[-2][1] == "graph set up" and steps[-1] == [round(run.wall_s, 3),
+                                                            "the process has ended"]
+    assert 0 < steps[0][0] and all(a[0] <= b[0] for a, b in zip(steps, steps[1:]))
     assert run.done_line().startswith(f"[") and "done: 21 samples in" in run.done_line()
     figures = run.figures()
     assert figures == {"line": run.done_line(), "samples": 21, "seconds": run.run_s,
@@ -99,29 +107,35 @@ def test_gpu_memory_budget_reads_a_run_through_it(binary, text_job, tmp_path):
     assert (tmp_path / "budget-cpu.log").exists()
 
 
-def fake_run(log: str) -> "precompute_run.Run":
-    return precompute_run.Run([], 0, 1.0, 1.0, 1, Path("x.log"), log, Path("x.json"), None)
+def fake_run(summary: dict) -> "precompute_run.Run":
+    return precompute_run.Run([], 0, 4.0, 1.0, 1, Path("x.log"), "", Path("x.json"), summary)
 
 
-def test_the_texts_read_from_the_log_are_read_here_only():
-    """The calibration and the debug timeline, the two figures the summary does not record, are
-    read by Run's accessors; no script in tools/bench has a pattern over precompute's log."""
-    log = ("[06:00:01.250] [info] text on cuda:0: 1.50 KiB per unit + 12.0 MiB per call; "
-           "164 MiB per call for a largest sample, 1.20 GiB per call given; at most 65536 units "
-           "per batch (largest samples: 256 units each); a warm-up batch of 256 reserved 1 GiB\n"
-           "[06:00:02.000] [debug] start-up: encoders loaded\n"
-           "[06:00:03.500] [info] done: 20 samples in 1.50 s\n")
-    run = fake_run(log)
-    assert run.calibrations() == [{"modality": "text", "device": "cuda:0", "need": "164 MiB",
-                                   "share": "1.20 GiB", "units": 65536}]
-    from datetime import datetime
-    started = datetime(2026, 12, 5, 6, 0, 1)
-    assert run.timeline(started, datetime(2026, 12, 5, 6, 0, 4)) == [
-        [1.0, "start-up: encoders loaded"], [2.5, "done: 20 samples in 1.50 s"],
-        [3.0, "the process has ended"]]
+def test_the_budget_and_timeline_come_from_the_summary_and_no_script_parses_the_log():
+    """The GPU budget's split and the start-up timeline, read from the summary (a GPU run's
+    shape, which a CPU run cannot make); no script in tools/bench has a pattern over
+    precompute's log."""
+    summary = {"memory": {"gpu_budget": [{"device": "cuda:0", "budget_bytes": 2 << 30,
+                                          "weights_bytes": 1 << 28, "concurrent_calls": 2,
+                                          "encoders": [{"modality": "text",
+                                                        "need_bytes": 164 << 20,
+                                                        "share_bytes": 1 << 30,
+                                                        "sample_units": 256,
+                                                        "batch_units": 65536,
+                                                        "warmup_batch": 256,
+                                                        "warmup_reserved_bytes": 1 << 30}]}]},
+               "start_up": [{"at_s": 0.3504, "step": "config read and checked"},
+                            {"at_s": 1.25, "step": "graph set up"}]}
+    run = fake_run(summary)
+    assert run.calibrations() == [{"modality": "text", "device": "cuda:0",
+                                   "need_bytes": 164 << 20, "share_bytes": 1 << 30,
+                                   "units": 65536}]
+    assert run.timeline() == [[0.35, "config read and checked"], [1.25, "graph set up"],
+                              [4.0, "the process has ended"]]
+    assert fake_run(None).calibrations() == [] and len(fake_run(None).timeline()) == 1
     assert precompute_run.table_row(["a", 1, None]) == "| a | 1 | - |"
     for script in (ROOT / "tools" / "bench").glob("*.py"):
-        if script.name != "precompute_run.py":
-            text = script.read_text()
-            assert not re.search(r"\bre\.\w+\([^()]*(\([^()]*\)[^()]*)*\w\.log\b", text), script
-            assert "per call for a" not in text and "at most (" not in text, script
+        text = script.read_text()
+        assert not re.search(r"\bre\.\w+\([^()]*(\([^()]*\)[^()]*)*\w\.log\b", text), script
+        assert "per call for a" not in text and "at most (" not in text, script
+        assert "_CALIBRATION" not in text and "_TIMED_LINE" not in text, script

@@ -226,7 +226,14 @@ def test_summary_counts_equal_inspect_and_metrics_parse(binary, data, tmp_path):
     for stage, busy in summary["busy_seconds"].items():
         assert summary["busy_fraction"][stage] == pytest.approx(busy / seconds["graph"])
     assert summary["memory"]["peak_rss_bytes"] > 50 << 20
-    assert summary["memory"]["gpu"] == []
+    assert summary["memory"]["gpu"] == [] and summary["memory"]["gpu_budget"] == []
+    # The start-up steps, each when it ended, from the process's start: in order, within the
+    # run's load and run seconds.
+    start_up = summary["start_up"]
+    assert start_up[0]["step"].startswith("config read") and start_up[-1]["step"] == "graph set up"
+    ats = [m["at_s"] for m in start_up]
+    assert 0 < ats[0] and ats == sorted(ats)
+    assert ats[-1] - ats[0] <= seconds["load"] + seconds["run"]
     video = summary["video_decoding"]
     assert video["clips"] == 10 and video["clips_on_nvdec"] == 0 and video["clips_on_cpu"] == 10
     assert video["frames_kept"] == 20

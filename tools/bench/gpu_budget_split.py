@@ -104,7 +104,8 @@ def main() -> int:
         except precompute_run.PrecomputeFailed as e:
             r = e.run
         wall = r.wall_s
-        shares = [(c["modality"], c["need"], c["share"], c["units"])
+        shares = [(c["modality"], f'{c["need_bytes"] / 2**20:.0f} MiB',
+                   f'{c["share_bytes"] / 2**20:.0f} MiB', c["units"])
                   for c in r.calibrations() if c["device"] == "cuda:0"]
         reserved = r.gpu_peak_mib("cuda:0") if r.returncode == 0 and r.summary else None
         peak = round(reserved) if reserved is not None else None

@@ -8,9 +8,8 @@ medians. Every script here that runs precompute goes through this one module.
     mid.samples, mid.run_s, mid.wall_s, mid.summary["busy_seconds"]
     print(table_row([tag, mid.samples, f"{mid.per_s:,.0f}"]))
 
-The scripts read figures from the summary only. The few figures precompute prints but does not
-yet record (the GPU memory calibration, the debug log's start-up timeline) are read from its log
-here and nowhere else, each by a named accessor of Run that says why it is text.
+The scripts read figures from the summary only; the log is kept for the record (done_line,
+error_tail) and never parsed for a figure.
 
 A run that exits other than 0 (or `ok` exits), times out or leaves no summary raises
 PrecomputeFailed with the run attached (its exit code, the log's last error, its log file).
@@ -18,12 +17,10 @@ PrecomputeFailed with the run attached (its exit code, the log's last error, its
 
 import json
 import os
-import re
 import statistics
 import subprocess
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional, Sequence, Union
 
@@ -127,41 +124,22 @@ class Run:
                   if "[error]" in ln or "[critical]" in ln]
         return errors[-1] if errors else ""
 
-    # Text, not summary: run.gpu_memory_budget's calibration is logged per encoder at start-up
-    # (pipeline/memory_budget.cpp, apply_memory_budget) but RunSummary does not carry it yet;
-    # once the summary records it, read it from there and drop this pattern.
-    _CALIBRATION = re.compile(
-        r"\] (video|audio|text) on (\S+): .*?; (\S+ \S+) per call for a largest sample, "
-        r"(\S+ \S+) per call given; at most (\d+) units per batch")
-
     def calibrations(self) -> List[dict]:
-        """run.gpu_memory_budget's choice for each GPU encoder, in the order logged:
-        {"modality", "device", "need" (per call for a largest sample, as printed, e.g.
-        "164 MiB"), "share" (per call given, as printed), "units" (cost units per batch)}.
-        Empty without a budget or when the run was refused before the split."""
-        return [{"modality": m, "device": d, "need": need, "share": share, "units": int(u)}
-                for m, d, need, share, u in self._CALIBRATION.findall(self.log)]
+        """run.gpu_memory_budget's choice for each GPU encoder (the summary's
+        memory.gpu_budget), device by device: {"modality", "device", "need_bytes" (per call, a
+        largest sample alone), "share_bytes" (per call, given), "units" (the cost limit of a
+        batch: frames, audio samples or tokens)}. Empty without a budget or when the run was
+        refused before the split."""
+        budget = (self.summary or {}).get("memory", {}).get("gpu_budget", [])
+        return [{"modality": e["modality"], "device": d["device"], "need_bytes": e["need_bytes"],
+                 "share_bytes": e["share_bytes"], "units": e["batch_units"]}
+                for d in budget for e in d["encoders"]]
 
-    # Text, not summary: the wall-clock stamps of the debug log's start-up and exit lines are a
-    # trace of where start-up time goes, finer than the summary's seconds.load / seconds.run.
-    _TIMED_LINE = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3})\] \[[a-z]+\] "
-                             r"((?:start-up|exit|input|compute): .*|done: \d+ samples in [\d.]+ s)")
-
-    def timeline(self, started: datetime, ended: datetime) -> List[list]:
-        """[seconds from `started`, what] for the log's start-up, exit, input and compute lines
-        (at --log-level debug; their stamps are the wall clock's, to the millisecond), then
-        `ended` as "the process has ended"."""
-        rows = []
-        for line in self.log.splitlines():
-            m = self._TIMED_LINE.match(line)
-            if not m:
-                continue
-            h, mi, sec, ms = (int(g) for g in m.groups()[:4])
-            at = started.replace(hour=h, minute=mi, second=sec, microsecond=ms * 1000)
-            if at < started - timedelta(hours=12):  # the run crossed midnight
-                at += timedelta(days=1)
-            rows.append([round((at - started).total_seconds(), 3), m.group(5)])
-        rows.append([round((ended - started).total_seconds(), 3), "the process has ended"])
+    def timeline(self) -> List[list]:
+        """[seconds since the process started, step] for each start-up step the summary records
+        (`start_up`), then the process's end as the caller timed it."""
+        rows = [[round(m["at_s"], 3), m["step"]] for m in (self.summary or {}).get("start_up", [])]
+        rows.append([round(self.wall_s, 3), "the process has ended"])
         return rows
 
     def error_tail(self, lines: int = 40) -> str:

@@ -17,9 +17,9 @@ Profile of each precompute run: its summary's busy seconds per stage (route, ass
 shards, commit, encode), and each GPU's mean utilisation from nvidia-smi sampled every 100 ms
 while the process ran.
 
-With --log-level debug, each precompute run also gets its start-up timeline: the seconds from
-the process's start to each of its "start-up:" and "exit:" lines, and to the process's end
-(printed, and in the JSON as "timeline").
+Each precompute run's start-up timeline, from its summary's `start_up`: the seconds from the
+process's start to the end of each start-up step, and to the process's end (in the JSON as
+"timeline"; printed with --log-level debug).
 
 Writes $OUT/text_scale.json and prints a table.
 """
@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,20 +92,17 @@ def time_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, d
                and GpuMemorySampler.available() else None)
     if sampler:
         sampler.start()
-    started = datetime.now()
     try:
         run = precompute_run.run_precompute(binary, cfg, work / tag, "--log-level", log_level,
                                             timeout=900)
     finally:
-        ended = datetime.now()
         if sampler:
             sampler.stop()
     got = {"n": run.samples, "whole_s": run.wall_s, "run_s": run.run_s, "load_s": run.load_s,
            "busy": run.busy, "cpu_s": run.cpu_s,
            "gpu_util_mean": sampler.utilisation_means() if sampler else {},
-           "peak_rss_mb": run.peak_rss_mb}
+           "peak_rss_mb": run.peak_rss_mb, "timeline": run.timeline()}
     if log_level in ("debug", "trace"):
-        got["timeline"] = run.timeline(started, ended)
         for at, what in got["timeline"]:
             print(f"  {tag} {at:7.3f} s  {what}", flush=True)
     return got

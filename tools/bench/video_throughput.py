@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import precompute_run  # runs precompute and reads its summary (same folder)
@@ -84,17 +83,14 @@ def time_precompute(binary: Path, model: Path, files: list, sampling: str, decod
                   "pooling": "mean", "decoder": decoder, "nvdec_sessions": sessions,
                   "batch_size": 64} | video_extra,
     }
-    started = datetime.now()
     run = precompute_run.run_precompute(binary, config, WORK / tag, "--progress-interval", "0",
                                         "--log-level", log_level, timeout=900)
-    ended = datetime.now()
     video = run.summary["video_decoding"]
     busy_fraction = video["nvdec_busy_fraction"]
     at_once = video["cpu_decodes_at_once"]
-    got_timeline = {}
+    # Each start-up step's end, in seconds from the process's start.
+    got_timeline = {"timeline": run.timeline()}
     if log_level in ("debug", "trace"):
-        # The start-up and exit lines' seconds from the process's start.
-        got_timeline = {"timeline": run.timeline(started, ended)}
         for at, what in got_timeline["timeline"]:
             print(f"  {tag} {at:7.3f} s  {what}", flush=True)
     return got_timeline | {"clips": run.samples, "whole_s": run.wall_s, "run_s": run.run_s,

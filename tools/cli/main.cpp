@@ -11,6 +11,7 @@
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/logging.hpp"
+#include "pipeline/start_up_trace.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/exit_codes.hpp"
 
@@ -121,6 +122,7 @@ int main(int argc, char** argv) {
   // grow with the dataset"). Set before any thread starts.
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   precompute::setup_logging("info");
+  precompute::note_process_start();
   const int code = precompute::main_impl(argc, argv);
   precompute::leave(code);
 }

@@ -91,6 +91,7 @@ void report_unreported_end(RunSummary summary, const Config& config, const Parti
   summary.world_size = partition.world_size;
   summary.exit_code = exit_code;
   summary.message = message;
+  if (summary.start_up.empty()) summary.start_up = start_up_marks();
   try {
     write_summary_files(summary, config.run.summary_json, /*keep_in_output=*/false);
   } catch (const Error& e) {
