@@ -204,7 +204,7 @@ struct EncoderSection {
   MEMBER(int, width, 224, "encoder input size (key size)")                                      \
   ROW("encoder input size: one integer, or [height, width]",                                    \
       Spec().key("size").range(count(8, 4096).noted("pixels")).in_fingerprint()                 \
-          .reads(read_video_size).writes(write_video_size).checks(check_video_size))            \
+          .type("integer or list of 2 integers").reads(read_video_size).writes(write_video_size).checks(check_video_size))            \
   KEY(ResizeMode, resize, ResizeMode::kShorterSideCrop, "shorter_side_crop or stretch",         \
       Spec().in_fingerprint())                                                                  \
   KEY(Float3, mean, (Float3{0.485f, 0.456f, 0.406f}), "per channel, on [0, 1] pixels",          \
@@ -350,7 +350,8 @@ struct OutputSection {
   KEY(int64_t, max_failures, -1,                                                                \
       "samples with failure records allowed before exit code 3: a count, a percentage of the "  \
       "samples (\"1%\"), or -1 for no limit; the default is 50%",                               \
-      Spec().in_record().reads(read_max_failures).writes(write_max_failures)                    \
+      Spec().in_record().type("count or percentage").reads(read_max_failures)                   \
+          .writes(write_max_failures)                                                           \
           .flag("--max-failures", "Samples with failure records allowed before exit code 3: a " \
                                   "count, a percentage like 1%, or -1 for no limit (default: "  \
                                   "50%); a modality that embeds nothing exits 3 under any "     \

@@ -280,6 +280,34 @@ T read_value(const ConfigField& f, const YamlNode& n, const Path& base) {
   }
 }
 
+// What a config file writes for a member of type T, in the words docs/config.md uses.
+template <class T>
+std::string_view type_words(const ConfigField& f) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return "boolean";
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    if (f.byte_size) return "size";
+    return std::is_integral_v<T> ? "integer" : "number";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return "text";
+  } else if constexpr (std::is_same_v<T, Path>) {
+    return "path";
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    return "device or list of devices";
+  } else if constexpr (std::is_same_v<T, NameList>) {
+    return "list of names";
+  } else if constexpr (std::is_same_v<T, Float3>) {
+    return "list of 3 numbers";
+  } else if constexpr (std::is_same_v<T, MemoryBudget>) {
+    return "size or fraction";
+  } else if constexpr (std::is_same_v<T, EncoderType> || IsChoice<T>::value) {
+    return "choice";
+  } else {
+    static_assert(IsOptional<T>::value, "a config member type without words for its type");
+    return type_words<typename IsOptional<T>::Value>(f);
+  }
+}
+
 template <class T>
 Json json_value(const T& value) {
   if constexpr (std::is_same_v<T, Path>) {
@@ -447,6 +475,7 @@ class Spec {
   Spec byte_size() { return with([](Spec& s) { s.f_.byte_size = true; }); }
   Spec omitted_when_empty() { return with([](Spec& s) { s.f_.omitted_when_empty = true; }); }
   Spec required(std::string_view what) { return with([&](Spec& s) { s.f_.required = what; }); }
+  Spec type(std::string_view words) { return with([&](Spec& s) { s.f_.type = words; }); }
   Spec flag(std::string_view names, std::string_view help) {
     return with([&](Spec& s) { s.f_.flag = ConfigFlag{names, help}; });
   }
@@ -462,6 +491,7 @@ class Spec {
                     Access access) && {
     using T = std::remove_reference_t<decltype(access(std::declval<Config&>()))>;
     ConfigField f = named(section, key_.empty() ? member : key_, doc);
+    if (f.type.empty()) f.type = type_words<T>(f);
     const bool custom_read = static_cast<bool>(f.read);
     if (!f.read) {
       f.read = [access](const ConfigField& self, const YamlNode& n, const Path& base, Config& c) {
@@ -497,6 +527,7 @@ class Spec {
   ConfigField row(std::string_view section, std::string_view doc) && {
     ConfigField f = named(section, key_, doc);
     PC_ASSERT(f.read && f.write && f.check, "config key '", f.key, "' needs its own reader");
+    PC_ASSERT(!f.type.empty(), "config key '", f.key, "' needs the words for its type");
     return f;
   }
 

@@ -29,6 +29,7 @@ enum class Recorded {
 struct ConfigField {
   std::string key;              // dotted, as a config file spells it: "video.sampling.fps"
   std::string_view doc;         // what it means, in a line
+  std::string_view type;        // what a config file writes, in words ("integer", "path", ...)
   std::string json_key;         // its name inside its section's JSON object
   Recorded recorded = Recorded::kNowhere;
   // false: no default a file could write (a path, a choice left to the model folder): the

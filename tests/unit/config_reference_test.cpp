@@ -262,42 +262,6 @@ std::string cell(std::string text) {
   return out;
 }
 
-// The value configs/reference.yaml shows for `f` (set or in a comment), as the table writes it:
-// the type of a key without a default. Null when the file shows none it takes.
-nlohmann::json reference_value(const ConfigField& f, const Config& defaults) {
-  static const std::string text = file_text(kReference);
-  static const YAML::Node root = YAML::Load(text);
-  YAML::Node node;
-  const YAML::Node in_file = at(root, f.key);
-  if (in_file.IsDefined()) {
-    node.reset(in_file);
-  } else {
-    const auto shown =
-        commented_value(section_lines(text, f.section()), f.key.substr(f.key.rfind('.') + 1));
-    if (!shown) return nullptr;
-    node.reset(YAML::Load(*shown));
-  }
-  Config read = defaults;
-  if (!read_as(f, node, read).empty()) return nullptr;
-  nlohmann::json written = nlohmann::json::object();
-  f.write(f, read, written);
-  return written.contains(f.json_key) ? written[f.json_key] : nlohmann::json();
-}
-
-std::string type_text(const ConfigField& f, const nlohmann::json& value) {
-  if (f.byte_size) return "size";
-  if (value.is_array()) {
-    if (f.bound) return f.bound->integer ? "list of integers" : "list of numbers";
-    return "list";
-  }
-  if (f.bound) return f.bound->integer ? "integer" : "number";
-  if (value.is_boolean()) return "boolean";
-  if (value.is_object()) return "mapping";
-  if (value.is_number_integer()) return "integer";
-  if (value.is_number()) return "number";
-  return "text";
-}
-
 std::string render_config_doc() {
   Config defaults;
   for (const auto& f : config_fields()) enable_section(defaults, f.section());
@@ -315,11 +279,11 @@ std::string render_config_doc() {
     // has its default in its doc line.
     const bool one_value = written.size() == 1 && written.contains(f.json_key);
     const nlohmann::json value = one_value ? written[f.json_key] : nlohmann::json();
-    // A key with its own text form (run.max_failures: "50%") is text.
-    const std::string type = !one_value && !written.empty() ? "text"
-                             : type_text(f, value.is_null() ? reference_value(f, defaults) : value);
+    const std::string type(f.type);
     std::string shown = "none";
-    if (f.has_default && one_value && !value.is_null()) {
+    // A budget records "none" as 0 (kept so for outputs' recorded configs); a file says null.
+    const bool unset_budget = f.type == "size or fraction" && value == 0;
+    if (f.has_default && one_value && !value.is_null() && !unset_budget) {
       shown = f.byte_size && value.is_number_integer() ? size_text(value.get<int64_t>())
                                                        : json_text(value);
       shown = "`" + shown + "`";
