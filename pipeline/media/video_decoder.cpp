@@ -24,7 +24,6 @@ extern "C" {
 #include "pipeline/media/decoder_backend.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/gpu_rgb_kernel.hpp"
-#include "pipeline/media/nvdec_decoder_backend.hpp"
 
 namespace precompute {
 namespace {
@@ -511,10 +510,6 @@ VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSe
 }
 
 VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options) {
-  if (options.nvdec != nullptr || options.kept_decoder != nullptr) {
-    NvdecDecoderBackend backend(options.nvdec, options.kept_decoder);
-    return decode_video(file, options, backend);
-  }
   CpuDecoderBackend backend;
   return decode_video(file, options, backend);
 }

@@ -16,8 +16,6 @@
 
 namespace precompute {
 
-class KeptDecoder;
-class NvdecSession;
 class VideoDecoderBackend;
 
 // Defaults are the config's (default_video_section(), default_run_section()): declared once.
@@ -53,14 +51,6 @@ struct VideoDecodeOptions {
   // --drop-frames).
   enum class FrameDropping { kAuto, kOn, kOff };
   FrameDropping drop_frames = FrameDropping::kAuto;
-  // For decode_video without a backend, which backend it makes (NvdecDecoderBackend when
-  // either is set, else CpuDecoderBackend). Decode on this NVDEC session and convert on its
-  // GPU; null: on the CPU. A stream the engine cannot take is decoded on the CPU by the same
-  // call (VideoFrames::nvdec tells which).
-  NvdecSession* nvdec = nullptr;
-  // H.264 and HEVC through this decoder, kept open from file to file (Note [Keeping NVDEC
-  // decoders across files] in kept_decoder.cpp); null: the NVDEC session's, else one per file.
-  KeptDecoder* kept_decoder = nullptr;
   // On the CPU, asked as the file is read, with the share of its time read so far (0 to 1) and
   // its length in seconds; true gives the file up: decode_video throws DecodeGivenUp (for
   // handing it over to NVDEC, Note [Handing a file over to NVDEC] in
@@ -91,11 +81,11 @@ VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSe
 // too_long, too_large, timeout, unsupported) and a message naming the file; DecodeGivenUp
 // when options.give_up says so (and the backend may give up).
 //
-// Decodes on `backend` (decoder_backend.hpp), which it opens for the file and closes after;
-// options.nvdec and options.kept_decoder are not read.
+// Decodes on `backend` (decoder_backend.hpp: the CPU's, or an NVDEC session's), which it opens
+// for the file and closes after.
 VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options,
                          VideoDecoderBackend& backend);
-// On the backend that options.nvdec and options.kept_decoder choose, made for this file.
+// On the CPU (CpuDecoderBackend).
 VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options);
 
 }  // namespace precompute

@@ -28,6 +28,7 @@
 #include "pipeline/core/pause_clock.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/kept_decoder.hpp"
+#include "pipeline/media/nvdec_decoder_backend.hpp"
 #include "pipeline/media/nvdec.hpp"
 #include "test_media.hpp"
 
@@ -1442,11 +1443,10 @@ TEST(KeptDecoder, FilesInARowGiveTheFramesOfADecoderOfTheirOwn) {
        {num_frames_options(4, 48), fps_options(1.0, 48), fps_options(3.0, 48),
         fps_options(25.0, 48)}) {
     KeptDecoder kept(/*hw_device=*/nullptr);
-    VideoDecodeOptions through_kept = sampling;
-    through_kept.kept_decoder = &kept;
+    NvdecDecoderBackend through_kept(/*session=*/nullptr, &kept);
     for (const auto& file : files) {
       const VideoFrames expected = decode_video(file, sampling);
-      const VideoFrames got = decode_video(file, through_kept);
+      const VideoFrames got = decode_video(file, sampling, through_kept);
       ASSERT_EQ(got.num_frames, expected.num_frames) << file;
       EXPECT_EQ(got.timestamps, expected.timestamps) << file << " fps " << sampling.fps;
       EXPECT_TRUE(got.rgb == expected.rgb) << file << " fps " << sampling.fps << ": pixels differ";
@@ -1464,17 +1464,18 @@ TEST(KeptDecoder, AFileThatFailsPartWayLeavesAFreshDecoderForTheNext) {
   run_ffmpeg("-f lavfi -i testsrc2=s=160x120:r=25:d=4 -c:v libx264 -pix_fmt yuv420p " +
              quoted(clip));
   KeptDecoder kept(/*hw_device=*/nullptr);
-  VideoDecodeOptions options = fps_options(25.0, 48);
-  options.kept_decoder = &kept;
-  const VideoFrames expected = decode_video(clip, fps_options(25.0, 48));
-  (void)decode_video(clip, options);
-  (void)decode_video(clip, options);
+  NvdecDecoderBackend through_kept(/*session=*/nullptr, &kept);
+  const VideoDecodeOptions options = fps_options(25.0, 48);
+  const VideoFrames expected = decode_video(clip, options);
+  (void)decode_video(clip, options, through_kept);
+  (void)decode_video(clip, options, through_kept);
   EXPECT_EQ(kept.reuses(), 1);
   VideoDecodeOptions failing = options;
   failing.max_decoded_frames = 10;  // thrown from inside the decode loop
-  EXPECT_EQ(outcome_of(clip, failing).category, "too_long");
+  EXPECT_EQ(testing::media_outcome([&] { decode_video(clip, failing, through_kept); }).category,
+            "too_long");
   EXPECT_EQ(kept.reuses(), 2);  // the failing file was given the kept decoder
-  const VideoFrames after = decode_video(clip, options);
+  const VideoFrames after = decode_video(clip, options, through_kept);
   EXPECT_EQ(kept.reuses(), 2) << "a decoder that failed part-way was used again";
   EXPECT_EQ(after.timestamps, expected.timestamps);
   EXPECT_TRUE(after.rgb == expected.rgb);

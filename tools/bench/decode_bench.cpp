@@ -37,8 +37,10 @@ extern "C" {
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/seconds_since.hpp"
+#include "pipeline/media/cpu_decoder_backend.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/nvdec.hpp"
+#include "pipeline/media/nvdec_decoder_backend.hpp"
 #include "pipeline/media/video_decoder.hpp"
 #include "tools/bench/bench_args.hpp"
 
@@ -222,19 +224,25 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int t = 0; t < args.threads; ++t) {
     threads.emplace_back([&, t] {
-      precompute::VideoDecodeOptions mine = options;
-      if (!sessions.empty()) mine.nvdec = sessions[static_cast<size_t>(t)].get();
+      precompute::NvdecSession* session =
+          sessions.empty() ? nullptr : sessions[static_cast<size_t>(t)].get();
       for (int64_t i = next++; i < total; i = next++) {
         const auto& file =
             args.files[static_cast<size_t>(i % static_cast<int64_t>(args.files.size()))];
         try {
           if (args.mode != "full") {
             decoded += decode_every_frame(file, args.mode,
-                                          mine.nvdec != nullptr ? mine.nvdec->hw_device() : nullptr,
+                                          session != nullptr ? session->hw_device() : nullptr,
                                           phases[static_cast<size_t>(t)]);
             continue;
           }
-          const precompute::VideoFrames frames = precompute::decode_video(file, mine);
+          // A backend per file, as the run's scheduler makes them (the session keeps its
+          // decoder across files).
+          precompute::CpuDecoderBackend cpu;
+          precompute::NvdecDecoderBackend nvdec(session, nullptr);
+          precompute::VideoDecoderBackend& backend =
+              session != nullptr ? static_cast<precompute::VideoDecoderBackend&>(nvdec) : cpu;
+          const precompute::VideoFrames frames = precompute::decode_video(file, options, backend);
           decoded += frames.decoded_frames;
           kept += frames.num_frames;
           if (frames.nvdec) ++on_nvdec;
