@@ -5,6 +5,7 @@ declares, a package that declares nothing, a package for another device, a file 
 package, a package under text. Packages are compiled here, on the CPU, from the demo encoders."""
 
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -252,3 +253,48 @@ def test_a_package_brings_its_preprocessing_and_the_config_file_still_wins(
             "package") in r.stderr, r.stderr[-2500:]
     assert "video.mean: [0.4,0.4,0.4] (config file)" in r.stderr
     assert not np.array_equal(rows(tmp_path / "own", "video"), rows(tmp_path / "stated", "video"))
+
+
+def test_packages_beside_a_config_in_a_folder_not_utf8_survive_a_decoder_crash_and_overwrite(
+        binary, models, manifest, tmp_path):
+    """Packages named relative to a config in a folder whose name is not UTF-8: a decoder that
+    crashes on one clip fails that sample alone (the supervisor restarts the run, which loads the
+    packages again), the other samples store what a clean run stores, a rerun with --overwrite
+    does the same, and no unpacked copy is left in /tmp. A NUL in a package's path is refused,
+    naming the key."""
+    clean = tmp_path / "clean"
+    run_precompute(binary, tmp_path, config(manifest, clean, models / "video.pt2",
+                                            models / "audio.pt2"))
+    folder = Path(os.fsdecode(os.fsencode(tmp_path) + b"/models-\xff\xfe"))
+    folder.mkdir()
+    for name in ("video.pt2", "audio.pt2"):
+        shutil.copy(models / name, folder / name)
+    c = config(manifest, Path("out"), Path("video.pt2"), Path("audio.pt2"))
+    (folder / "config.yaml").write_text(json.dumps(c))
+    before = unpacked_in_tmp()
+    env = {**os.environ, "PRECOMPUTE_TEST_DECODER_FAULT": "crash:c1.mp4"}
+    for flags in ([], ["--overwrite"]):
+        r = subprocess.run([str(binary), "run", "--config", str(folder / "config.yaml"),
+                            "--progress-interval", "0", "--max-failures", "1", *flags],
+                           capture_output=True, env=env, timeout=600)
+        log = r.stderr.decode("utf-8", "replace")
+        assert r.returncode == 0, log[-3000:]
+        assert "the run died (signal 11" in log, log[-3000:]
+        out = read_output(folder / "out")
+        assert sorted(out.samples) == ["s0", "s2"]  # s1: failure records only
+        crashed = [f for f in out.failures if f["id"] == "s1"]
+        assert crashed and {f["category"] for f in crashed} == {"crash"}, out.failures
+        expected = read_output(clean)
+        for sample in ("s0", "s2"):
+            for modality in ("video", "audio"):
+                np.testing.assert_array_equal(out.samples[sample][modality]["rows"],
+                                              expected.samples[sample][modality]["rows"])
+    assert unpacked_in_tmp() - before == set()
+
+    nul = config(manifest, Path("out-nul"), Path("video\u0000.pt2"))
+    (folder / "nul.yaml").write_text(json.dumps(nul))
+    r = subprocess.run([str(binary), "run", "--config", str(folder / "nul.yaml")],
+                       capture_output=True, timeout=120)
+    log = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 2, log[-2000:]
+    assert "video.encoder.path" in log, log[-2000:]
