@@ -112,12 +112,14 @@ import json, sys, threading, time, concurrent.futures as cf
 import torch, torch.nn.functional as F
 import PyNvVideoCodec as nvc
 model, listing, sampling, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+decode_only = len(sys.argv) > 5 and sys.argv[5] == "decode-only"
 files = open(listing).read().split("\n")[:-1]
-net = torch.jit.load(model).cuda().half().eval()
-mean = torch.tensor([0.485, 0.456, 0.406], device="cuda").view(1, 3, 1, 1) * 255
-std = torch.tensor([0.229, 0.224, 0.225], device="cuda").view(1, 3, 1, 1) * 255
-with torch.inference_mode():
-    net(torch.randn(32, 3, 224, 224, device="cuda").half())
+if not decode_only:
+    net = torch.jit.load(model).cuda().half().eval()
+    mean = torch.tensor([0.485, 0.456, 0.406], device="cuda").view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device="cuda").view(1, 3, 1, 1) * 255
+    with torch.inference_mode():
+        net(torch.randn(32, 3, 224, 224, device="cuda").half())
 torch.cuda.synchronize()
 local = threading.local()
 
@@ -142,6 +144,9 @@ def one(path):
     x = torch.stack([torch.from_dlpack(f) for f in frames])
     if x.shape[-1] == 3:
         x = x.permute(0, 3, 1, 2)
+    if decode_only:  # the frames decoded, as RGB in device memory: what decode_bench measures
+        torch.cuda.synchronize()
+        return x.shape[0]
     with torch.inference_mode():
         x = F.interpolate(x.float(), size=(224, 224), mode="bilinear", antialias=True)
         v = net(((x - mean) / std).half()).mean(0).float().cpu()
@@ -154,7 +159,8 @@ print(json.dumps({"run_s": time.perf_counter() - t, "frames": frames}))
 '''
 
 
-def run_peer(model: Path, files: list, sampling: str, threads: int) -> dict:
+def run_peer(model: Path, files: list, sampling: str, threads: int,
+             decode_only: bool = False) -> dict:
     listing = WORK / "peer-files.txt"
     listing.write_text("".join(f"{f}\n" for f in files))
     script = WORK / "peer_pynvc.py"
@@ -162,7 +168,8 @@ def run_peer(model: Path, files: list, sampling: str, threads: int) -> dict:
     before = os.times()
     t = time.perf_counter()
     r = subprocess.run([sys.executable, str(script), str(model), str(listing), sampling,
-                        str(threads)], capture_output=True, text=True, timeout=900)
+                        str(threads)] + (["decode-only"] if decode_only else []),
+                       capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - t
     cpu_s = child_cpu_seconds(before)
     if r.returncode != 0:
@@ -194,6 +201,9 @@ def main() -> int:
                          "list, e.g. 'cuda:0;cuda:0,cuda:1'")
     ap.add_argument("--peer-threads", type=int, default=8)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--peer-decode-only", action="store_true",
+                    help="the peer decodes the sampled frames to RGB on the GPU and stops there "
+                         "(no resize, no model): to compare with decode_bench's NVDEC alone")
     ap.add_argument("--log-level", default="info", help="precompute's (debug: time per file)")
     ap.add_argument("--video-json", default="{}", help="more video keys, e.g. '{\"seek\": false}'")
     ap.add_argument("--one-run-modes", default="nvdec,cpu",
@@ -235,9 +245,10 @@ def main() -> int:
     for sampling in args.samplings.split(","):
         if not args.no_peer:
             try:
-                record(f"PyNvVideoCodec {args.peer_threads} threads", sampling,
-                       [run_peer(model, files, sampling, args.peer_threads)
-                        for _ in range(args.runs)])
+                record(f"PyNvVideoCodec {args.peer_threads} threads"
+                       + (", decode only" if args.peer_decode_only else ""), sampling,
+                       [run_peer(model, files, sampling, args.peer_threads,
+                                 args.peer_decode_only) for _ in range(args.runs)])
             except Exception as e:  # the table says what failed; the rest still runs
                 failed += 1
                 print(json.dumps({"who": "PyNvVideoCodec", "sampling": sampling,
@@ -245,7 +256,7 @@ def main() -> int:
         # Each (mode, devices) is measured run by run in turn with the others, so that a drift
         # of the machine during the call weighs on all of them alike.
         cases = []
-        for spec in args.modes.split(","):
+        for spec in args.modes.split(",") if args.modes else []:
             spec, _, in_flight = spec.partition("%")
             spec, _, threads = spec.partition("#")
             mode, _, given = spec.partition("@")
@@ -266,7 +277,7 @@ def main() -> int:
                                   "max_in_flight": max_in_flight,
                                   "binary": binary, "runs": [], "error": None,
                                   "tag": f"{mode}{given}t{threads}f{in_flight}-{sampling}-{len(devices)}gpu-b{b}"})
-        for k in range(max(c["n"] for c in cases)):
+        for k in range(max([c["n"] for c in cases], default=0)):
             for c in cases:
                 if k >= c["n"] or c["error"]:
                     continue
