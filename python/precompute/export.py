@@ -1,6 +1,6 @@
 """Package a PyTorch module or a Hugging Face folder (`python -m precompute.export RECIPE FOLDER
-OUT.pt2`: clip-vision, siglip-vision, videomae) as an AOTInductor `.pt2` encoder that
-`precompute run` loads natively
+OUT.pt2`: clip-vision, siglip-vision, videomae; wav2vec2, hubert, whisper-encoder for audio) as
+an AOTInductor `.pt2` encoder that `precompute run` loads natively
 (`encoder: {path: model.pt2}` under `video` or `audio`), with no Python at run time.
 
     from precompute.export import package
@@ -33,9 +33,11 @@ class InputSpec:
     dtype name."""
     shape: Tuple[int, ...]
     dtype: str = "float32"
+    min_size: int = 1   # the smallest size its dynamic dimensions other than the batch take
 
     def example(self, device: str, dynamic_size: int = 2) -> torch.Tensor:
-        sizes = [dynamic_size if d == -1 else d for d in self.shape]
+        sizes = [d if d != -1 else dynamic_size if k == 0 else max(dynamic_size, self.min_size)
+                 for k, d in enumerate(self.shape)]
         if self.dtype.startswith("int") or self.dtype == "uint8":
             return torch.full(sizes, 4, dtype=DTYPES[self.dtype], device=device)
         return torch.randn(sizes, device=device).to(DTYPES[self.dtype])
@@ -43,14 +45,16 @@ class InputSpec:
 
 def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str, Path],
             device: str = "cpu", max_batch: int = 65535,
-            settings: Optional[Dict[str, dict]] = None) -> Path:
+            settings: Optional[Dict[str, dict]] = None,
+            examples: Optional[Sequence[torch.Tensor]] = None) -> Path:
     """Exports `module` (eval mode, on `device`) with every -1 dimension dynamic and dimension 0
     shared by all inputs (the batch), compiles it with AOTInductor and writes `out` (.pt2) with
     the inputs declared in its metadata. `settings` are the preprocessing the model expects,
     which `precompute run` takes for every key its config file leaves out:
     {"video": {"size": [224, 224], "mean": [...], "std": [...], "resize": "shorter_side_crop",
     "layout": "frames" or "clips", "frames": 16}} or {"audio": {"sample_rate": 16000,
-    "window_s": 30.0}}. Returns `out`."""
+    "window_s": 30.0}}. `examples` are the inputs it is traced with (default: random ones of
+    the specs' shapes, size 2 for each dynamic dimension, or its `min_size`). Returns `out`."""
     for spec in inputs:
         if spec.dtype not in DTYPES:
             raise ValueError(f"dtype {spec.dtype!r} is not one of {sorted(DTYPES)}")
@@ -65,11 +69,17 @@ def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str
         dims = {0: batch}
         for d, size in enumerate(spec.shape[1:], start=1):
             if size == -1:
-                dims[d] = torch.export.Dim(f"input{k}_dim{d}", min=1, max=1 << 24)
+                # DYNAMIC, not a named Dim: a model whose shape arithmetic the solver cannot
+                # prove for every size (wav2vec2's strided convolutions) still exports; the
+                # range it ends with is checked when the package runs, and reported below.
+                dims[d] = torch.export.Dim.DYNAMIC(min=spec.min_size, max=1 << 24)
         dynamic.append(dims)
-    examples = tuple(spec.example(device) for spec in inputs)
+    if examples is None:
+        examples = tuple(spec.example(device) for spec in inputs)
+    examples = tuple(x.to(device) for x in examples)
     with torch.no_grad():
         program = torch.export.export(module, examples, dynamic_shapes=tuple(dynamic))
+    _report_narrowed_ranges(program, inputs)
     declared = {"inputs": [{"shape": list(s.shape), "dtype": s.dtype} for s in inputs],
                 **(settings or {})}
     out = Path(out)
@@ -80,12 +90,33 @@ def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str
     return out
 
 
+def _report_narrowed_ranges(program, inputs: Sequence[InputSpec]) -> None:
+    """Prints a warning for each dynamic dimension that export could only make dynamic over a
+    narrower range than asked: the package refuses other sizes when it runs."""
+    import sys
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"
+                    and n.name not in program.graph_signature.inputs_to_parameters
+                    and n.name not in program.graph_signature.inputs_to_buffers
+                    and n.name not in program.graph_signature.inputs_to_lifted_tensor_constants]
+    for k, (node, spec) in enumerate(zip(placeholders, inputs)):
+        value = node.meta.get("val")
+        for d, size in enumerate(spec.shape[1:], start=1):
+            if size != -1 or value is None or not isinstance(value.shape[d], torch.SymInt):
+                continue
+            r = program.range_constraints.get(value.shape[d].node.expr)
+            if r is not None and (int(r.lower) > spec.min_size or int(r.upper) < 1 << 24):
+                print(f"warning: input {k} dimension {d} takes sizes {r.lower} to {r.upper} only",
+                      file=sys.stderr)
+
+
 # --------------------------------------------------------------------------------------------
 # Recipes: a Hugging Face folder in, a package that returns one tensor out.
 #
 #     python -m precompute.export clip-vision FOLDER OUT.pt2 [--projection] [--device cuda]
 #     python -m precompute.export siglip-vision FOLDER OUT.pt2 [--dtype float16]
 #     python -m precompute.export videomae FOLDER OUT.pt2 [--frames 16]
+#     python -m precompute.export wav2vec2 FOLDER OUT.pt2 [--window-s 10]   (hubert the same)
+#     python -m precompute.export whisper-encoder FOLDER OUT.pt2
 
 class _Pooled(torch.nn.Module):
     """A vision tower's pooled output for frames [N, 3, H, W] (`attribute` of its output)."""
@@ -170,7 +201,185 @@ def _videomae(folder: Path, args) -> tuple:
     return _TokenMean(inner), [spec], {"video": settings}
 
 
-RECIPES = {"clip-vision": _clip_vision, "siglip-vision": _siglip_vision, "videomae": _videomae}
+# Audio recipes. `precompute run` sends an audio encoder windows of `window_s` seconds as a
+# waveform [N, S] (float, mono, at `sample_rate`, zeros past the end of the clip) and lengths
+# [N] (int64: the samples of each row before that zero padding); it wants [N, D] back
+# (docs/encoders.md, "Encoder contracts"). Each recipe averages the model's last hidden state
+# over the frames its valid samples make, so that the zero padding of a clip's last window
+# weighs nothing in the mean.
+
+def _valid(lengths: torch.Tensor, size) -> torch.Tensor:
+    """[N, size] bool: the positions of each row before its length."""
+    return torch.arange(size, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def _mean_over(hidden: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """hidden [N, T, D] averaged over the first frames[i] (>= 1) frames of row i, in float32."""
+    keep = _valid(frames, hidden.shape[1]).to(torch.float32)[:, :, None]
+    total = (hidden.to(torch.float32) * keep).sum(dim=1)
+    return (total / frames[:, None].to(torch.float32)).to(hidden.dtype)
+
+
+def _unit_variance(x: torch.Tensor, valid: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Wav2Vec2FeatureExtractor's zero_mean_unit_var_norm with an attention mask: each row minus
+    the mean of its valid samples, over the square root of their (population) variance + 1e-7,
+    and zero past them."""
+    keep = valid.to(x.dtype)
+    count = lengths.to(x.dtype)[:, None]
+    mean = (x * keep).sum(dim=1, keepdim=True) / count
+    var = ((x - mean) * keep).pow(2).sum(dim=1, keepdim=True) / count
+    return (x - mean) / torch.sqrt(var + 1e-7) * keep
+
+
+class _FrameMean(torch.nn.Module):
+    """wav2vec2 / HuBERT on the raw waveform (waveform [N, S], lengths [N]) -> [N, D]: samples
+    past each length set to zero, normalised over the valid ones when the feature extractor
+    normalises, an attention mask over them for models whose feature encoder uses layer norm
+    (group-norm models are meant to see zero padding and no mask, as Hugging Face feeds them),
+    and last_hidden_state averaged over the frames the valid samples make (the model's
+    _get_feat_extract_output_lengths). A length of 0 counts as 1 (one frame is averaged)."""
+
+    def __init__(self, model: torch.nn.Module, normalize: bool, attention_mask: bool):
+        super().__init__()
+        self.model, self.normalize, self.attention_mask = model, normalize, attention_mask
+
+    def forward(self, waveform: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        size = waveform.shape[1]
+        lengths = torch.clamp(lengths, min=1).minimum(torch.full_like(lengths, size))
+        valid = _valid(lengths, size)
+        x = waveform.to(torch.float32) * valid
+        if self.normalize:
+            x = _unit_variance(x, valid, lengths)
+        mask = valid.to(torch.long) if self.attention_mask else None
+        hidden = self.model(x.to(waveform.dtype), attention_mask=mask).last_hidden_state
+        frames = self.model._get_feat_extract_output_lengths(lengths)
+        frames = torch.clamp(frames, min=1).minimum(torch.full_like(frames, hidden.shape[1]))
+        return _mean_over(hidden, frames)
+
+
+class _WhisperMean(torch.nn.Module):
+    """Whisper's encoder on the raw waveform (waveform [N, n_samples], lengths [N]) -> [N, D]:
+    WhisperFeatureExtractor's log-mel features computed in the package (float32), the encoder,
+    and its output averaged over the first ceil(length / frame_samples) frames, the frames that
+    hold audio. A length of 0 counts as 1."""
+
+    def __init__(self, encoder: torch.nn.Module, mel_filters, n_fft: int, hop_length: int,
+                 frame_samples: int):
+        super().__init__()
+        self.model, self.n_fft, self.hop_length = encoder, n_fft, hop_length
+        self.frame_samples = frame_samples
+        self.register_buffer("window", torch.hann_window(n_fft))
+        self.register_buffer("mel_filters", torch.as_tensor(mel_filters).to(torch.float32))
+
+    def log_mel(self, waveform: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """WhisperFeatureExtractor's input_features: [N, mel bins, S // hop_length] float32
+        (its _torch_extract_fbank_features, on the waveform zero past each length)."""
+        x = waveform.to(torch.float32) * _valid(lengths, waveform.shape[1])
+        stft = torch.stft(x, self.n_fft, self.hop_length, window=self.window.to(torch.float32),
+                          return_complex=True)
+        magnitudes = stft[..., :-1].abs() ** 2
+        mel = self.mel_filters.to(torch.float32).T @ magnitudes
+        log_spec = torch.clamp(mel, min=1e-10).log10()
+        top = log_spec.amax(dim=(1, 2), keepdim=True)
+        log_spec = torch.maximum(log_spec, top - 8.0)
+        return (log_spec + 4.0) / 4.0
+
+    def forward(self, waveform: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        size = waveform.shape[1]
+        lengths = torch.clamp(lengths, min=1).minimum(torch.full_like(lengths, size))
+        dtype = next(self.model.parameters()).dtype
+        hidden = self.model(self.log_mel(waveform, lengths).to(dtype)).last_hidden_state
+        frames = (lengths + self.frame_samples - 1) // self.frame_samples
+        frames = frames.minimum(torch.full_like(frames, hidden.shape[1]))
+        return _mean_over(hidden, frames)
+
+
+def _model_config(folder: Path, recipe: str, model_type: str) -> dict:
+    """The folder's config.json, refused (exit 1, one line) unless its model_type is
+    `model_type`."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{folder}/config.json cannot be read as JSON: {e}")
+    found = config.get("model_type") if isinstance(config, dict) else None
+    if found != model_type:
+        raise SystemExit(f"{folder} holds a {found!r} model (config.json model_type), not a "
+                         f"{model_type!r} one: the {recipe} recipe takes a {model_type} model "
+                         f"folder")
+    return config
+
+
+def _warn(message: str) -> None:
+    import sys
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _wav2vec2_family(folder: Path, args, recipe: str, model_type: str, class_name: str) -> tuple:
+    _model_config(folder, recipe, model_type)
+    import transformers
+    model = getattr(transformers, class_name).from_pretrained(folder)
+    processor = _processor(folder)
+    if not processor:
+        _warn(f"{folder} has no preprocessor_config.json: normalising the waveform as "
+              f"Wav2Vec2FeatureExtractor does by default (do_normalize true), at 16000 Hz")
+    normalize = bool(processor.get("do_normalize", True))
+    rate = int(processor.get("sampling_rate", 16000))
+    window_s = 10.0 if args.window_s is None else args.window_s
+    # The fewest samples that make two frames (400 + 320 = 720 for wav2vec2-base's encoder): a
+    # window of one frame would be a shape of its own to export, so the package refuses it.
+    reach = 2
+    for kernel, stride in reversed(list(zip(model.config.conv_kernel, model.config.conv_stride))):
+        reach = (reach - 1) * stride + kernel
+    wrapped = _FrameMean(model, normalize, model.config.feat_extract_norm == "layer")
+    # Traced on one second, a full row and a shorter one: S (and the batch) stay dynamic.
+    examples = (torch.randn(2, rate).to(DTYPES[args.dtype]), torch.tensor([rate, rate // 2]))
+    inputs = [InputSpec((-1, -1), args.dtype, min_size=reach), InputSpec((-1,), "int64")]
+    return wrapped, inputs, {"audio": {"sample_rate": rate, "window_s": window_s}}, examples
+
+
+def _wav2vec2(folder: Path, args) -> tuple:
+    return _wav2vec2_family(folder, args, "wav2vec2", "wav2vec2", "Wav2Vec2Model")
+
+
+def _hubert(folder: Path, args) -> tuple:
+    return _wav2vec2_family(folder, args, "hubert", "hubert", "HubertModel")
+
+
+def _whisper_encoder(folder: Path, args) -> tuple:
+    _model_config(folder, "whisper-encoder", "whisper")
+    from transformers import WhisperFeatureExtractor, WhisperModel
+    encoder = WhisperModel.from_pretrained(folder).encoder
+    config = encoder.config
+    if (folder / "preprocessor_config.json").exists():
+        extractor = WhisperFeatureExtractor.from_pretrained(folder)
+    else:
+        _warn(f"{folder} has no preprocessor_config.json: using WhisperFeatureExtractor's "
+              f"defaults with {config.num_mel_bins} mel bins")
+        extractor = WhisperFeatureExtractor(feature_size=config.num_mel_bins)
+    if extractor.feature_size != config.num_mel_bins:
+        raise SystemExit(f"{folder}: preprocessor_config.json gives {extractor.feature_size} mel "
+                         f"bins and config.json num_mel_bins {config.num_mel_bins}")
+    strides = encoder.conv1.stride[0] * encoder.conv2.stride[0]
+    if extractor.nb_max_frames != config.max_source_positions * strides:
+        raise SystemExit(f"{folder}: {extractor.chunk_length} s windows make "
+                         f"{extractor.nb_max_frames} mel frames, and the encoder takes "
+                         f"{config.max_source_positions * strides}")
+    if args.window_s is not None and args.window_s != extractor.chunk_length:
+        raise SystemExit(f"whisper-encoder: the encoder takes windows of "
+                         f"{extractor.chunk_length} s; --window-s {args.window_s} cannot be")
+    if getattr(extractor, "dither", 0.0):
+        _warn(f"{folder}: the feature extractor's dither {extractor.dither} is not applied "
+              f"(the package is deterministic)")
+    wrapped = _WhisperMean(encoder, extractor.mel_filters, extractor.n_fft,
+                           extractor.hop_length, extractor.hop_length * strides)
+    inputs = [InputSpec((-1, extractor.n_samples), args.dtype), InputSpec((-1,), "int64")]
+    settings = {"audio": {"sample_rate": int(extractor.sampling_rate),
+                          "window_s": float(extractor.chunk_length)}}
+    return wrapped, inputs, settings
+
+
+RECIPES = {"clip-vision": _clip_vision, "siglip-vision": _siglip_vision, "videomae": _videomae,
+           "wav2vec2": _wav2vec2, "hubert": _hubert, "whisper-encoder": _whisper_encoder}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -192,12 +401,22 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         help="clip-vision: the projected image_embeds, not pooler_output")
     parser.add_argument("--frames", type=int, default=0,
                         help="videomae: frames per clip (default: the model's)")
+    parser.add_argument("--window-s", type=float, default=None,
+                        help="wav2vec2, hubert: the audio.window_s the package declares "
+                             "(default 10; 0: each clip whole); the package takes any length")
     args = parser.parse_args(argv)
     if not (args.folder / "config.json").exists():
         raise SystemExit(f"{args.folder} holds no config.json: pass a Hugging Face model folder")
-    module, inputs, settings = RECIPES[args.recipe](args.folder, args)
-    module = module.eval().to(DTYPES[args.dtype])
-    out = package(module, inputs, args.out, device=args.device, settings=settings)
+    if args.window_s is not None and args.recipe not in ("wav2vec2", "hubert", "whisper-encoder"):
+        raise SystemExit(f"--window-s is for the audio recipes, not {args.recipe}")
+    if args.window_s is not None and args.window_s < 0:
+        raise SystemExit(f"--window-s {args.window_s}: a window is 0 (whole clips) or longer")
+    module, inputs, settings, *examples = RECIPES[args.recipe](args.folder, args)
+    # The network in the chosen dtype; a recipe's own buffers (whisper-encoder's mel filters)
+    # stay float32, for its front end computes in float32.
+    module.model.to(DTYPES[args.dtype])
+    out = package(module.eval(), inputs, args.out, device=args.device, settings=settings,
+                  examples=examples[0] if examples else None)
     print(f"wrote {out}: takes {[list(i.shape) for i in inputs]} {args.dtype} on {args.device}; "
           f"settings {json.dumps(settings)}")
 
