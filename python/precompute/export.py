@@ -1,7 +1,8 @@
-"""Package a PyTorch module or a Hugging Face folder (`python -m precompute.export RECIPE FOLDER
-OUT.pt2`: clip-vision, siglip-vision, videomae; wav2vec2, hubert, whisper-encoder for audio) as
-an AOTInductor `.pt2` encoder that `precompute run` loads natively
-(`encoder: {path: model.pt2}` under `video` or `audio`), with no Python at run time.
+"""Package a PyTorch module, a Hugging Face folder (`python -m precompute.export RECIPE FOLDER
+OUT.pt2`: clip-vision, siglip-vision, videomae; wav2vec2, hubert, whisper-encoder for audio) or
+a torchvision classifier (`torchvision NAME OUT.pt2 --weights ...`) as an AOTInductor `.pt2`
+encoder that `precompute run` loads natively (`encoder: {path: model.pt2}` under `video` or
+`audio`), with no Python at run time.
 
     from precompute.export import package
     package(module, [InputSpec((-1, 3, 224, 224))], "clip.pt2")          # frames [N, 3, H, W]
@@ -117,6 +118,7 @@ def _report_narrowed_ranges(program, inputs: Sequence[InputSpec]) -> None:
 #     python -m precompute.export videomae FOLDER OUT.pt2 [--frames 16]
 #     python -m precompute.export wav2vec2 FOLDER OUT.pt2 [--window-s 10]   (hubert the same)
 #     python -m precompute.export whisper-encoder FOLDER OUT.pt2
+#     python -m precompute.export torchvision NAME OUT.pt2 --weights FILE|NAME|none [--frames 16]
 
 class _Pooled(torch.nn.Module):
     """A vision tower's pooled output for frames [N, 3, H, W] (`attribute` of its output)."""
@@ -378,8 +380,136 @@ def _whisper_encoder(folder: Path, args) -> tuple:
     return wrapped, inputs, settings
 
 
+# torchvision recipe: a model by its torchvision name rather than a folder. The classifier's
+# last Linear layer becomes the identity, so the package returns the features it was fed (the
+# pooled vector a linear probe reads), not class logits.
+
+_TORCHVISION_OTHER_TASKS = ("detection", "segmentation", "optical_flow", "quantization")
+
+
+class _Features(torch.nn.Module):
+    """A torchvision classifier without its head: frames [N, 3, H, W] -> [N, D]; a video
+    classifier takes clips as precompute sends them, [B, T, 3, H, W], in torchvision's order
+    [B, 3, T, H, W]."""
+
+    def __init__(self, model: torch.nn.Module, clips: bool):
+        super().__init__()
+        self.model, self.clips = model, clips
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.clips:
+            x = x.permute(0, 2, 1, 3, 4)
+        return self.model(x)
+
+
+def _torchvision_names() -> Tuple[set, set]:
+    """(image classifiers, video classifiers) that torchvision registers."""
+    import torchvision.models as models
+    video = set(models.list_models(module=models.video))
+    other = set()
+    for task in _TORCHVISION_OTHER_TASKS:
+        other |= set(models.list_models(module=getattr(models, task)))
+    return set(models.list_models(module=models)) - video - other, video
+
+
+def _drop_head(model: torch.nn.Module, name: str) -> str:
+    """Replaces the model's last Linear layer (in registration order, where torchvision puts
+    the classifier) by the identity; returns its qualified name."""
+    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    if not linears:
+        raise SystemExit(f"torchvision {name} ends in no Linear layer: the torchvision recipe "
+                         f"takes classifiers whose head is one; package it with "
+                         f"precompute.export.package (docs/pt2_encoders.md)")
+    head = linears[-1]
+    parent = model.get_submodule(head.rpartition(".")[0]) if "." in head else model
+    setattr(parent, head.rpartition(".")[2], torch.nn.Identity())
+    return head
+
+
+def _checkpoint(path: Path, head: str) -> dict:
+    """A state_dict from a file: a bare one, or one under "state_dict" / "model" (training
+    checkpoints), with DistributedDataParallel's "module." prefix removed and the head's
+    entries dropped (the package has no head, so a fine-tuned head of any width loads)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling error is the file's
+        raise SystemExit(f"--weights {path}: not a PyTorch state_dict file ({e})")
+    for key in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise SystemExit(f"--weights {path}: holds no state_dict (a dict of tensors)")
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module."):]: v for k, v in state.items()}
+    return {k: v for k, v in state.items() if not k.startswith(head + ".")}
+
+
+def _torchvision(source: Path, args) -> tuple:
+    try:
+        import torchvision.models as models
+    except ImportError:
+        raise SystemExit("the torchvision recipe needs torchvision: pip install torchvision "
+                         "(the release paired with your torch)")
+    name = str(source)
+    images, videos = _torchvision_names()
+    if name not in images | videos:
+        raise SystemExit(f"{name!r} is not a torchvision classifier; one of: "
+                         f"{', '.join(sorted(images | videos))}")
+    enum = models.get_model_weights(name)
+    spec = args.weights
+    if spec is None:
+        raise SystemExit(f"torchvision {name}: say which weights with --weights: a state_dict "
+                         f"file, one of {', '.join(enum.__members__)} (torchvision "
+                         f"loads it from its cache, downloading it once), or none (random "
+                         f"weights, for tests and speed)")
+    named = None
+    if spec != "none" and not Path(spec).exists():
+        try:
+            named = enum[spec]
+        except KeyError:
+            raise SystemExit(f"--weights {spec}: neither a file nor one of {name}'s weights "
+                             f"({', '.join(enum.__members__)}), nor none")
+    # torchvision builds a model for named weights itself (class count, input transforms
+    # such weights were trained with) and checks the file's hash.
+    model = models.get_model(name, weights=named)
+    head = _drop_head(model, name)
+    if spec != "none" and named is None:
+        result = model.load_state_dict(_checkpoint(Path(spec), head), strict=False)
+        if result.missing_keys or result.unexpected_keys:
+            raise SystemExit(f"--weights {spec} does not fit torchvision {name}: missing "
+                             f"{result.missing_keys[:5]}, unexpected "
+                             f"{result.unexpected_keys[:5]} (of {len(result.missing_keys)} and "
+                             f"{len(result.unexpected_keys)})")
+    # The eval transform of the weights (the default weights' for a file or none): its crop
+    # size is the input; precompute resizes the shorter side to it and crops the centre.
+    transform = (named or enum.DEFAULT).transforms()
+    size = [int(x) for x in transform.crop_size]
+    size = size * 2 if len(size) == 1 else size
+    settings = {"size": size, "mean": [float(x) for x in transform.mean],
+                "std": [float(x) for x in transform.std], "resize": "shorter_side_crop"}
+    clips = name in videos
+    if clips:
+        frames = args.frames or 16
+        settings.update(layout="clips", frames=frames)
+        spec_in = InputSpec((-1, frames, 3, *size), args.dtype)
+    else:
+        if args.frames:
+            raise SystemExit(f"--frames is for video models; torchvision {name} takes frames")
+        settings["layout"] = "frames"
+        spec_in = InputSpec((-1, 3, *size), args.dtype)
+    wrapped = _Features(model, clips).eval()
+    with torch.no_grad():
+        out = wrapped(spec_in.example("cpu").float())
+    if out.dim() != 2:
+        raise SystemExit(f"torchvision {name} without its last Linear layer ({head}) returns "
+                         f"{list(out.shape)}, not [N, D]: package it with "
+                         f"precompute.export.package")
+    return wrapped, [spec_in], {"video": settings}
+
+
 RECIPES = {"clip-vision": _clip_vision, "siglip-vision": _siglip_vision, "videomae": _videomae,
-           "wav2vec2": _wav2vec2, "hubert": _hubert, "whisper-encoder": _whisper_encoder}
+           "wav2vec2": _wav2vec2, "hubert": _hubert, "whisper-encoder": _whisper_encoder,
+           "torchvision": _torchvision}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -391,7 +521,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     "takes for every key the config leaves out (docs/pt2_encoders.md).")
     parser.add_argument("recipe", choices=sorted(RECIPES))
     parser.add_argument("folder", type=Path, help="the model folder (config.json, weights, "
-                                                  "preprocessor_config.json)")
+                                                  "preprocessor_config.json); for torchvision, "
+                                                  "the model's name (resnet50, vit_b_16, r3d_18)")
     parser.add_argument("out", type=Path, help="the package to write (.pt2)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="the device it will run on: a package holds code for one")
@@ -400,15 +531,25 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--projection", action="store_true",
                         help="clip-vision: the projected image_embeds, not pooler_output")
     parser.add_argument("--frames", type=int, default=0,
-                        help="videomae: frames per clip (default: the model's)")
+                        help="videomae: frames per clip (default: the model's); torchvision "
+                             "video models: frames per clip (default 16)")
+    parser.add_argument("--weights", default=None,
+                        help="torchvision: a state_dict file, a weights name of the model "
+                             "(DEFAULT, IMAGENET1K_V2, ...), or none for random weights")
     parser.add_argument("--window-s", type=float, default=None,
                         help="wav2vec2, hubert: the audio.window_s the package declares "
                              "(default 10; 0: each clip whole); the package takes any length")
     args = parser.parse_args(argv)
-    if not (args.folder / "config.json").exists():
+    if args.weights is not None and args.recipe != "torchvision":
+        raise SystemExit(f"--weights is for the torchvision recipe; {args.recipe} reads the "
+                         f"weights in its folder")
+    if args.recipe != "torchvision" and not (args.folder / "config.json").exists():
         raise SystemExit(f"{args.folder} holds no config.json: pass a Hugging Face model folder")
     if args.window_s is not None and args.recipe not in ("wav2vec2", "hubert", "whisper-encoder"):
         raise SystemExit(f"--window-s is for the audio recipes, not {args.recipe}")
+    if args.frames < 0 or args.frames > 4096:
+        raise SystemExit(f"--frames {args.frames}: frames per clip are 1 to 4096 "
+                         f"(video.max_frames' default)")
     if args.window_s is not None and args.window_s < 0:
         raise SystemExit(f"--window-s {args.window_s}: a window is 0 (whole clips) or longer")
     module, inputs, settings, *examples = RECIPES[args.recipe](args.folder, args)
