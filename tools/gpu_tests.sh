@@ -12,7 +12,9 @@
 #    model fails; bench-data/hevc_1080p, when carried, gives the NVDEC handover test its clip;
 # 4. runs tests/gpu/nvdec_parity.py on bench-data/parity (tools/bench/make_video_clips.sh parity)
 #    when that folder is there, else says it did not;
-# 5. runs tests/gpu/pt2_parity.py on the same clips: .pt2 encoders compiled for cuda.
+# 5. runs tests/gpu/pt2_parity.py on the same clips: .pt2 encoders compiled for cuda;
+# 6. runs tests/gpu/export_recipes_cuda.py: the audio and torchvision export recipes compiled
+#    for cuda in float32 and float16 against their own modules run eagerly.
 # Logs in $OUT (default /tmp/out). Exit 1 when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -84,5 +86,10 @@ if [ -d bench-data/parity ]; then
   grep -v '"ok": true' "$OUT/pt2_parity.log" | tail -n 40
   echo "pt2_parity: $(grep -c '"ok": true' "$OUT/pt2_parity.log") checks passed"
 fi
+echo "==== export recipes on cuda ===="
+"$python" tests/gpu/export_recipes_cuda.py --work /tmp/export-cuda \
+  > "$OUT/export_recipes_cuda.log" 2>&1 || status=1
+grep -v '"ok": true' "$OUT/export_recipes_cuda.log" | grep '^{' | tail -n 20
+echo "export_recipes_cuda: $(grep -c '"ok": true' "$OUT/export_recipes_cuda.log") checks passed"
 echo "gpu_tests: exit $status in $((SECONDS - started)) s"
 exit $status

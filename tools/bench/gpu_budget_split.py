@@ -11,8 +11,10 @@ Runs on the GPU machine, after tools/bench/build_on_gpu.sh:
 Exports a random-weight torchvision ResNet-50 (frames [N, 3, 224, 224] -> [N, 2048]) and a small
 audio encoder to TorchScript, takes the text benchmark's random BERT-base folder
 (tools/bench/text_throughput.py), and runs `precompute run` with all three on cuda:0 under
-run.gpu_memory_budget 1 GiB, 2 GiB and 650 MiB over 64 captions (the calibration at start-up is
-what is measured; the captions make the run end quickly). Checks: 1 GiB and 2 GiB are accepted,
+run.gpu_memory_budget 1 GiB, 2 GiB and 650 MiB over 64 samples, each a caption and one of the
+benchmark clips for video and audio (bench-data/h264_720p, tools/bench/make_video_clips.sh): every
+section needs an input on some line or the run is refused, and the calibration at start-up is
+what is measured, so a short run is enough. Checks: 1 GiB and 2 GiB are accepted,
 each encoder's share is logged, peak reserved stays within the budget; a budget below the sum of
 one sample per call is refused (exit 2) listing every encoder's need. Writes
 gpu_budget_split.json and .md under --out; exit 1 when a check fails.
@@ -77,6 +79,8 @@ def main() -> int:
     p.add_argument("--build", type=Path, default=Path("build-gpu"))
     p.add_argument("--work", type=Path, default=Path("/tmp/text-bench"))
     p.add_argument("--out", type=Path, default=Path("/tmp/out"))
+    p.add_argument("--clips", type=Path, default=Path("bench-data/h264_720p"),
+                   help="folder of .mp4 clips with an audio track")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -88,8 +92,14 @@ def main() -> int:
     if texts is None:
         texts = [json.loads(line)["text"]
                  for line in data["paths"]["long"].read_text().splitlines()[:64]]
-    manifest.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n"
-                                for i, t in enumerate(texts)))
+    clips = sorted(str(c.resolve()) for c in args.clips.glob("*.mp4"))
+    if not clips:
+        log(f"no .mp4 clips in {args.clips} (tools/bench/make_video_clips.sh h264_720p)")
+        return 1
+    manifest.write_text("".join(
+        json.dumps({"id": f"t{i}", "text": t, "video": clips[i % len(clips)],
+                    "audio": clips[i % len(clips)]}) + "\n"
+        for i, t in enumerate(texts)))
 
     results, checks = {"runs": []}, []
     for budget, expect in [("1GiB", 0), ("2GiB", 0), ("650MiB", 2)]:
@@ -110,17 +120,20 @@ def main() -> int:
         reserved = r.gpu_peak_mib("cuda:0") if r.returncode == 0 and r.summary else None
         peak = round(reserved) if reserved is not None else None
         refusal = r.error_message()
+        embedded = ({m: r.embedded(m) for m in ("video", "audio", "text")}
+                    if r.returncode == 0 and r.summary else {})
         run = {"budget": budget, "cmd": " ".join(r.cmd), "returncode": r.returncode,
-               "wall_s": round(wall, 2), "shares": shares, "peak_reserved_mib": peak,
+               "wall_s": round(wall, 2), "embedded": embedded, "shares": shares, "peak_reserved_mib": peak,
                "refusal": refusal, "tail": r.log.splitlines()[-6:]}
         results["runs"].append(run)
-        log(f"{budget}: exit {r.returncode} in {wall:.1f} s, shares {shares}, peak {peak} MiB")
+        log(f"{budget}: exit {r.returncode} in {wall:.1f} s, embedded {embedded}, shares {shares}, "
+            f"peak {peak} MiB")
         if expect == 0:
             limit = int(budget[:-3]) * 1024
-            checks.append((f"budget {budget}: ResNet-50 + BERT-base + audio accepted, 64 texts "
+            checks.append((f"budget {budget}: ResNet-50 + BERT-base + audio accepted, 64 samples "
                            f"embedded, peak reserved {peak} MiB <= {limit} MiB",
                            r.returncode == 0 and len(shares) == 3 and peak is not None
-                           and peak <= limit))
+                           and peak <= limit and set(embedded.values()) == {len(texts)}))
         else:
             checks.append((f"budget {budget}: refused at start-up (exit 2) by the calibration, "
                            f"naming the budget and the fix: {refusal}",
