@@ -56,37 +56,57 @@ TorchEncoder::TorchEncoder(Modality modality, const EncoderSection& section,
   if (device_.is_cuda()) {
     info_.concurrent_calls = 2;
     for (int i = 0; i < info_.concurrent_calls; ++i) {
-      free_streams_.push_back(c10::cuda::getStreamFromPool(false, device_.index()).unwrap());
+      lanes_.push_back(std::make_unique<Lane>(
+          c10::cuda::getStreamFromPool(false, device_.index()).unwrap()));
+      free_lanes_.push_back(lanes_.back().get());
     }
   }
 #endif
 }
 
+// Note [One thread per CUDA stream]
+// Each GPU call runs on its lane's own thread, not on the pipeline's thread that asked for it.
+// cuBLAS keeps a handle per thread and LibTorch a workspace per handle and stream (32 MiB on
+// Hopper), allocated from the caching allocator and kept for the life of the process; called
+// from whichever of the pipeline's many threads ran the batch, an encoder left one workspace
+// per thread and stream it had met, outside every share of the memory budget, until calls ran
+// out of memory with the device idle and samples failed as `oom` (tools/bench/gpu_budget_split.py:
+// ResNet-50 beside BERT-base under 1 GiB, 63 of 64 clips, docs/benchmarks.md, "Three encoders on
+// one GPU"). With a thread per stream they are as many as the streams, each made by the warm-up
+// (warm_up runs every lane) and so counted as resident before the budget is shared.
 std::vector<SampleEmbedding> TorchEncoder::encode(const std::vector<PreparedSamplePtr>& batch) {
   if (batch.empty()) return {};
+  if (lanes_.empty()) return encode_on(batch, std::nullopt);
+  Lane* lane = nullptr;
+  {
+    std::lock_guard lock(lanes_mutex_);
+    PC_ASSERT(!free_lanes_.empty(), "more concurrent encode() calls than streams");
+    lane = free_lanes_.back();
+    free_lanes_.pop_back();
+  }
+  struct ReturnLane {
+    TorchEncoder* self;
+    Lane* lane;
+    ~ReturnLane() {
+      std::lock_guard lock(self->lanes_mutex_);
+      self->free_lanes_.push_back(lane);
+    }
+  } return_lane{this, lane};
+  std::vector<SampleEmbedding> out;
+  lane->thread.run([&] { out = encode_on(batch, lane->stream); });
+  return out;
+}
+
+std::vector<SampleEmbedding> TorchEncoder::encode_on(const std::vector<PreparedSamplePtr>& batch,
+                                                     const std::optional<c10::Stream>& stream) {
   // InferenceMode is thread-local: set it on the thread that runs this batch.
   c10::InferenceMode inference_mode;
   c10::DeviceGuard device_guard(device_);
 #ifdef PRECOMPUTE_WITH_CUDA
-  // Each concurrent call on a stream of its own (EncoderInfo::concurrent_calls).
-  std::optional<c10::Stream> stream;
-  if (device_.is_cuda()) {
-    std::lock_guard lock(streams_mutex_);
-    PC_ASSERT(!free_streams_.empty(), "more concurrent encode() calls than streams");
-    stream = free_streams_.back();
-    free_streams_.pop_back();
-  }
-  struct ReturnStream {
-    TorchEncoder* self;
-    std::optional<c10::Stream>& stream;
-    ~ReturnStream() {
-      if (!stream) return;
-      std::lock_guard lock(self->streams_mutex_);
-      self->free_streams_.push_back(*stream);
-    }
-  } return_stream{this, stream};
   std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
   if (stream) stream_guard.emplace(c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, *stream));
+#else
+  (void)stream;
 #endif
   std::vector<SampleEmbedding> out;
   try {
@@ -153,7 +173,15 @@ ParameterSummary TorchEncoder::parameters() const {
 std::string TorchEncoder::input_dtype() const { return c10::toString(compute_dtype()); }
 
 void TorchEncoder::warm_up(PreparedSample sample) {
-  const auto out = encode({std::make_shared<const PreparedSample>(std::move(sample))});
+  const std::vector<PreparedSamplePtr> batch{
+      std::make_shared<const PreparedSample>(std::move(sample))};
+  // Every lane once, so that what each stream's thread keeps (cuBLAS' handle and workspace)
+  // exists before the memory budget measures what is resident (Note [One thread per CUDA
+  // stream]).
+  for (const auto& lane : lanes_) {
+    lane->thread.run([&] { encode_on(batch, lane->stream); });
+  }
+  const auto out = encode(batch);
   PC_CHECK(out.size() == 1 && out[0].dim > 0, ModelError, modality_name(info_.modality),
            " model ", info_.model_file, " returned no vector in its warm-up pass");
   info_.dim = out[0].dim;

@@ -13,8 +13,10 @@
 #include <c10/core/Stream.h>
 
 #include <mutex>
+#include <optional>
 
 #include "encoders/encoder.hpp"
+#include "pipeline/core/dedicated_thread.hpp"
 
 namespace precompute {
 
@@ -53,10 +55,22 @@ class TorchEncoder : public Encoder {
   EncoderInfo info_;
 
  private:
-  // GPU: one CUDA stream per concurrent call, each call taking a free one. Fixed streams, so
-  // that the caching allocator reuses each stream's blocks rather than caching for many.
-  std::mutex streams_mutex_;
-  std::vector<c10::Stream> free_streams_;
+  // A batch on the calling thread, on `stream` where it is set.
+  std::vector<SampleEmbedding> encode_on(const std::vector<PreparedSamplePtr>& batch,
+                                         const std::optional<c10::Stream>& stream);
+
+  // GPU: one CUDA stream per concurrent call, each call taking a free lane: a fixed stream and
+  // the one thread that runs that stream's calls (Note [One thread per CUDA stream]). Fixed
+  // streams, so that the caching allocator reuses each stream's blocks rather than caching for
+  // many.
+  struct Lane {
+    explicit Lane(c10::Stream s) : stream(s) {}
+    c10::Stream stream;
+    DedicatedThread thread;
+  };
+  std::mutex lanes_mutex_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::vector<Lane*> free_lanes_;
 };
 
 }  // namespace precompute

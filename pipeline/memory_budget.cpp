@@ -242,7 +242,8 @@ BudgetSplit share_by_need(const std::vector<EncoderNeed>& encoders, int64_t avai
     }
     split.refusal = detail::concat(
         "run.gpu_memory_budget ", format_bytes(budget), " on ", device, " leaves ",
-        format_bytes(available), " after the encoders' weights, but one largest sample per "
+        format_bytes(available), " after what the encoders keep resident, but one largest "
+        "sample per "
         "encoder call needs ", format_bytes(needed), " (", needs, "); raise the budget or make "
         "samples smaller (video.size, video.num_frames, audio.window_s, "
         "text.tokenizer.max_length)");
@@ -303,10 +304,17 @@ BudgetedLimits apply_memory_budget(const Config& config, const EncoderPools& poo
       b.weights_bytes += e->parameters().bytes;
       b.concurrent_calls += e->info().concurrent_calls;
     }
-    const int64_t available = b.budget_bytes - b.weights_bytes;
+    // What stays allocated between calls: the weights, and what each encoder's streams keep
+    // from their warm-up on (cuBLAS' workspaces, Note [One thread per CUDA stream] in
+    // encoders/torch_encoder.cpp). The calls share the rest.
+    release_cached_device_memory(device);
+    const auto resident = device_memory_use(device);
+    b.resident_bytes = std::max(b.weights_bytes, resident ? resident->reserved_bytes : 0);
+    const int64_t available = b.budget_bytes - b.resident_bytes;
     PC_CHECK(available > 0, ConfigError, "run.gpu_memory_budget ", format_bytes(b.budget_bytes),
-             " on ", device, " does not even hold the encoders' ", format_bytes(b.weights_bytes),
-             " of weights; raise it");
+             " on ", device, " does not even hold what the encoders keep resident, ",
+             format_bytes(b.resident_bytes), " (weights ", format_bytes(b.weights_bytes),
+             "); raise it");
     b.per_call_bytes = available / std::max(1, b.concurrent_calls);
     cap_device_memory(device, b.budget_bytes);
 
@@ -344,9 +352,10 @@ BudgetedLimits apply_memory_budget(const Config& config, const EncoderPools& poo
                             out.limits[modality_index(m)]->max_cost, fit_samples,
                             check.peak_extra_reserved});
     }
-    spdlog::info("{}: budget {} (weights {}, {} concurrent calls, shared by measured need)",
-                 device, format_bytes(b.budget_bytes), format_bytes(b.weights_bytes),
-                 b.concurrent_calls);
+    spdlog::info("{}: budget {} (resident {}: weights {} and what the encoders' streams keep; "
+                 "{} concurrent calls, shared by measured need)",
+                 device, format_bytes(b.budget_bytes), format_bytes(b.resident_bytes),
+                 format_bytes(b.weights_bytes), b.concurrent_calls);
     budgets.push_back(b);
   }
   return out;

@@ -55,9 +55,11 @@ struct DeviceBudget {
   std::string device;
   int64_t budget_bytes = 0;
   int64_t weights_bytes = 0;   // all encoders' weights on the device
+  int64_t resident_bytes = 0;  // reserved between calls: the weights and what each encoder's
+                               // streams keep (cuBLAS workspaces); at least weights_bytes
   int concurrent_calls = 0;    // encode calls that may run at once on the device
-  int64_t per_call_bytes = 0;  // (budget - weights) / calls: the mean share; each encoder's own
-                               // follows its measured need
+  int64_t per_call_bytes = 0;  // (budget - resident) / calls: the mean share; each encoder's
+                               // own follows its measured need
   std::vector<EncoderBudget> encoders;  // the device's GPU encoders, in the order measured
 };
 

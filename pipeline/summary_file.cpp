@@ -119,6 +119,7 @@ Json gpu_budget_json(const std::vector<DeviceBudget>& devices) {
     out.push_back({{"device", d.device},
                    {"budget_bytes", d.budget_bytes},
                    {"weights_bytes", d.weights_bytes},
+                   {"resident_bytes", d.resident_bytes},
                    {"concurrent_calls", d.concurrent_calls},
                    {"encoders", std::move(encoders)}});
   }

@@ -13,6 +13,7 @@ when any fails. Usage (from the repository root):
   python3 tests/gpu/export_recipes_cuda.py --work /tmp/export-cuda
 """
 import argparse
+import faulthandler
 import json
 import os
 import subprocess
@@ -77,6 +78,7 @@ def cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> int:
+    faulthandler.enable()
     p = argparse.ArgumentParser()
     p.add_argument("--work", type=Path, default=Path("/tmp/export-cuda"))
     p.add_argument("--device", default="cuda", help="cpu: the same checks on the CPU")

@@ -118,8 +118,8 @@ TEST(MemoryBudgetTest, BudgetBelowTheNeedsIsRefusedNamingEachEncoder) {
   ASSERT_TRUE(split.refused());
   EXPECT_TRUE(split.shares.empty());
   EXPECT_EQ(split.refusal,
-            "run.gpu_memory_budget 650.0 MiB on cuda:0 leaves 367.7 MiB after the encoders' "
-            "weights, but one largest sample per encoder call needs 448.0 MiB (video 202.0 MiB "
+            "run.gpu_memory_budget 650.0 MiB on cuda:0 leaves 367.7 MiB after what the encoders "
+            "keep resident, but one largest sample per encoder call needs 448.0 MiB (video 202.0 MiB "
             "x 2 call(s), audio 1 B x 2 call(s), text 22.0 MiB x 2 call(s)); raise the budget or "
             "make samples smaller (video.size, video.num_frames, audio.window_s, "
             "text.tokenizer.max_length)");

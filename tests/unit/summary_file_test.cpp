@@ -17,6 +17,7 @@ TEST(SummaryFile, RecordsWhatTheGpuBudgetGaveEachEncoder) {
   device.device = "cuda:0";
   device.budget_bytes = 2LL << 30;
   device.weights_bytes = 300LL << 20;
+  device.resident_bytes = 364LL << 20;
   device.concurrent_calls = 6;
   device.encoders.push_back({Modality::kVideo, 164LL << 20, 400LL << 20, 16, 48, 3, 350LL << 20});
   device.encoders.push_back({Modality::kText, 12LL << 20, 200LL << 20, 256, 65536, 256, 90LL << 20});
@@ -27,6 +28,7 @@ TEST(SummaryFile, RecordsWhatTheGpuBudgetGaveEachEncoder) {
   EXPECT_EQ(budget[0].at("device"), "cuda:0");
   EXPECT_EQ(budget[0].at("budget_bytes"), 2LL << 30);
   EXPECT_EQ(budget[0].at("weights_bytes"), 300LL << 20);
+  EXPECT_EQ(budget[0].at("resident_bytes"), 364LL << 20);
   EXPECT_EQ(budget[0].at("concurrent_calls"), 6);
   const auto& encoders = budget[0].at("encoders");
   ASSERT_EQ(encoders.size(), 2u);
