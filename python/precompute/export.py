@@ -427,13 +427,19 @@ def _drop_head(model: torch.nn.Module, name: str) -> str:
 
 
 def _checkpoint(path: Path, head: str) -> dict:
-    """A state_dict from a file: a bare one, or one under "state_dict" / "model" (training
-    checkpoints), with DistributedDataParallel's "module." prefix removed and the head's
-    entries dropped (the package has no head, so a fine-tuned head of any width loads)."""
+    """A state_dict from a file (torch.save's, or .safetensors): a bare one, or one under
+    "state_dict" / "model" (training checkpoints), with DistributedDataParallel's "module."
+    prefix removed and the head's entries dropped (the package has no head, so a fine-tuned
+    head of any width loads)."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unpickling error is the file's
-        raise SystemExit(f"--weights {path}: not a PyTorch state_dict file ({e})")
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any reading error is the file's
+        raise SystemExit(f"--weights {path}: not a PyTorch state_dict file nor safetensors "
+                         f"({e})")
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]

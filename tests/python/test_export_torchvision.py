@@ -118,10 +118,16 @@ def test_weights_of_another_model_are_refused_naming_the_keys(tmp_path):
     r = export("resnet18", str(tmp_path / "x.pt2"), "--weights", str(weights))
     assert r.returncode == 1 and "does not fit torchvision resnet18" in r.stderr, r.stderr
     assert "unexpected ['layer1.2." in r.stderr
-    garbage = tmp_path / "notes.txt"
-    garbage.write_text("not a checkpoint")
-    r = export("resnet18", str(tmp_path / "x.pt2"), "--weights", str(garbage))
-    assert r.returncode == 1 and "not a PyTorch state_dict file" in r.stderr, r.stderr
+    from safetensors.torch import save_file
+    save_file(torchvision.models.resnet34().state_dict(), str(tmp_path / "resnet34.safetensors"))
+    r = export("resnet18", str(tmp_path / "x.pt2"), "--weights",
+               str(tmp_path / "resnet34.safetensors"))
+    assert r.returncode == 1 and "does not fit torchvision resnet18" in r.stderr, r.stderr
+    for garbage in (tmp_path / "notes.txt", tmp_path / "broken.safetensors"):
+        garbage.write_text("not a checkpoint")
+        r = export("resnet18", str(tmp_path / "x.pt2"), "--weights", str(garbage))
+        assert r.returncode == 1 and "not a PyTorch state_dict file" in r.stderr, r.stderr
+    assert not (tmp_path / "x.pt2").exists()
 
 
 def test_weights_are_for_the_torchvision_recipe_only(tmp_path):
