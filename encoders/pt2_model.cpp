@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <signal.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "encoders/model_failure_message.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/logging.hpp"
 
 namespace precompute {
 namespace {
@@ -219,9 +221,36 @@ std::string describe_shape(at::IntArrayRef sizes) {
 
 }  // namespace
 
+// Note [Builds in one package]
+// A package may hold several builds of one model, each under its own name in
+// data/aotinductor/ (python/precompute/export.py names them "<device>_<dtype>": cpu_float32,
+// cuda_float16), so that one file serves every device and dtype it was built for, as a
+// TorchScript file does. A package of one build names it "model" (what
+// torch._inductor.aoti_compile_and_package writes). precompute loads the build named after the
+// section's device kind and dtype, or the only one, and refuses a package with several builds
+// but none for the section, naming those it has. The builds of one package declare the same
+// preprocessing.
+std::vector<std::string> pt2_builds(const std::filesystem::path& file) {
+  caffe2::serialize::PyTorchStreamReader reader(file.string());
+  std::vector<std::string> names;
+  const std::string prefix = "data/aotinductor/";
+  for (const auto& record : reader.getAllRecords()) {
+    if (record.rfind(prefix, 0) != 0) continue;
+    const auto slash = record.find('/', prefix.size());
+    if (slash == std::string::npos) continue;
+    auto name = record.substr(prefix.size(), slash - prefix.size());
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::optional<std::string> pt2_declaration(const std::filesystem::path& file) {
+  const auto builds = pt2_builds(file);
+  const bool single = std::find(builds.begin(), builds.end(), "model") != builds.end();
+  const std::string build = single || builds.empty() ? "model" : builds.front();
   const auto found = find_declaration(
-      torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(), "model"),
+      torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(), build),
       file);
   return found ? std::optional<std::string>(found->text) : std::nullopt;
 }
@@ -234,20 +263,50 @@ Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
                    ModelUse use)
     : file_(file), device_(device), dtype_(to_scalar_type(dtype)), use_(std::move(use)) {
   const std::string what = detail::concat(modality_name(use_.modality), " model ", file.string());
+  const std::string wanted = device.is_cuda() ? "cuda" : "cpu";
+  std::vector<std::string> builds;
+  try {
+    builds = pt2_builds(file);
+  } catch (const std::exception& e) {
+    PC_THROW(ModelError, what, " is not an AOTInductor package (",
+             model_message_line(error_text(e)),
+             "); make one with torch._inductor.aoti_compile_and_package, or use a TorchScript "
+             "file (encoder.type: torchscript)");
+  }
+  // Which build (Note [Builds in one package]).
+  const std::string named = detail::concat(wanted, "_", compute_dtype_name(dtype));
+  if (std::find(builds.begin(), builds.end(), named) != builds.end()) {
+    build_ = named;
+  } else if (builds.size() == 1) {
+    build_ = builds.front();
+  } else {
+    std::string have;
+    for (const auto& b : builds) have += (have.empty() ? "" : ", ") + b;
+    PC_CHECK(!builds.empty(), ModelError, what,
+             " is not an AOTInductor package: it holds no model under data/aotinductor/; make "
+             "one with torch._inductor.aoti_compile_and_package, or use a TorchScript file "
+             "(encoder.type: torchscript)");
+    PC_THROW(ModelError, what, " holds the builds ", have, " and none named ", named, " for ",
+             modality_name(use_.modality), " on ", device.str(), " in ",
+             compute_dtype_name(dtype), ": set ", modality_name(use_.modality),
+             ".device and .dtype to one of them, or export it again with that build");
+  }
+  if (builds.size() > 1) {
+    log_message(LogLevel::kInfo, detail::concat(what, ": build ", build_, " of ", builds.size()));
+  }
   std::unordered_map<std::string, std::string> metadata;
   try {
     metadata =
-        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(), "model");
+        torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(file.string(), build_);
   } catch (const std::exception& e) {
-    PC_THROW(ModelError, what, " is not an AOTInductor package with a model named 'model' (",
-             model_message_line(error_text(e)),
+    PC_THROW(ModelError, what, " is not an AOTInductor package with a model named '", build_,
+             "' (", model_message_line(error_text(e)),
              "); make one with torch._inductor.aoti_compile_and_package, or use a TorchScript "
              "file (encoder.type: torchscript)");
   }
   // A package holds code for one kind of device: a CPU build cannot take device_index 0, a CUDA
   // build cannot run on the CPU.
   const auto compiled_for = metadata.count(kDeviceKey) ? metadata.at(kDeviceKey) : "";
-  const std::string wanted = device.is_cuda() ? "cuda" : "cpu";
   PC_CHECK(compiled_for == wanted, ModelError, what, " was compiled for ",
            compiled_for.empty() ? "an unknown device" : compiled_for, ", and ",
            modality_name(use_.modality), " runs on ", device.str(),
@@ -271,7 +330,7 @@ Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
     remove_folders_of_ended_runs();
     const auto before = unpacked_folders();
     loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        file.string(), "model", /*run_single_threaded=*/false, /*num_runners=*/1, index);
+        file.string(), build_, /*run_single_threaded=*/false, /*num_runners=*/1, index);
     settle_unpacked_folders(before, /*keep=*/device.is_cuda());
   } catch (const std::exception& e) {
     PC_THROW(ModelError, "cannot load ", what, " onto ", device.str(), ": ",

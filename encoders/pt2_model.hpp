@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "encoders/encoder_model.hpp"
 
@@ -40,6 +42,8 @@ class Pt2Model final : public EncoderModel {
   std::vector<at::Tensor> weights() const override;
 
   const std::vector<Pt2Input>& declared_inputs() const { return inputs_; }
+  // The package's build this model runs (Note [Builds in one package] in pt2_model.cpp).
+  const std::string& build() const { return build_; }
 
  private:
   std::filesystem::path file_;
@@ -47,13 +51,19 @@ class Pt2Model final : public EncoderModel {
   at::ScalarType dtype_;
   ModelUse use_;
   std::vector<Pt2Input> inputs_;
+  std::string build_ = "model";
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
 };
 
 // The JSON a package declares itself with (Note [A package declares its inputs] in
 // pt2_model.cpp): from its metadata, else from the file beside it; nullopt when neither has it.
-// Throws what LibTorch throws for a file that is not a package.
+// Throws what LibTorch throws for a file that is not a package. Of a package with several
+// builds, the first build's (they declare the same preprocessing).
 std::optional<std::string> pt2_declaration(const std::filesystem::path& file);
+
+// The names of a package's builds (data/aotinductor/NAME/), sorted; "model" for a package of
+// one. Throws what LibTorch throws for a file that is not a zip archive.
+std::vector<std::string> pt2_builds(const std::filesystem::path& file);
 
 // "[-1, 3, 224, 224] float32", for messages.
 std::string describe_pt2_input(const Pt2Input& input);

@@ -44,18 +44,9 @@ class InputSpec:
         return torch.randn(sizes, device=device).to(DTYPES[self.dtype])
 
 
-def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str, Path],
-            device: str = "cpu", max_batch: int = 65535,
-            settings: Optional[Dict[str, dict]] = None,
-            examples: Optional[Sequence[torch.Tensor]] = None) -> Path:
-    """Exports `module` (eval mode, on `device`) with every -1 dimension dynamic and dimension 0
-    shared by all inputs (the batch), compiles it with AOTInductor and writes `out` (.pt2) with
-    the inputs declared in its metadata. `settings` are the preprocessing the model expects,
-    which `precompute run` takes for every key its config file leaves out:
-    {"video": {"size": [224, 224], "mean": [...], "std": [...], "resize": "shorter_side_crop",
-    "layout": "frames" or "clips", "frames": 16}} or {"audio": {"sample_rate": 16000,
-    "window_s": 30.0}}. `examples` are the inputs it is traced with (default: random ones of
-    the specs' shapes, size 2 for each dynamic dimension, or its `min_size`). Returns `out`."""
+def _export(module: torch.nn.Module, inputs: Sequence[InputSpec], device: str,
+            max_batch: int, examples: Optional[Sequence[torch.Tensor]]):
+    """`module` exported with every -1 dimension of `inputs` dynamic (torch.export)."""
     for spec in inputs:
         if spec.dtype not in DTYPES:
             raise ValueError(f"dtype {spec.dtype!r} is not one of {sorted(DTYPES)}")
@@ -81,14 +72,69 @@ def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str
     with torch.no_grad():
         program = torch.export.export(module, examples, dynamic_shapes=tuple(dynamic))
     _report_narrowed_ranges(program, inputs)
-    declared = {"inputs": [{"shape": list(s.shape), "dtype": s.dtype} for s in inputs],
-                **(settings or {})}
+    return program
+
+
+def package(module: torch.nn.Module, inputs: Sequence[InputSpec], out: Union[str, Path],
+            device: str = "cpu", max_batch: int = 65535,
+            settings: Optional[Dict[str, dict]] = None,
+            examples: Optional[Sequence[torch.Tensor]] = None) -> Path:
+    """Exports `module` (eval mode, on `device`) with every -1 dimension dynamic and dimension 0
+    shared by all inputs (the batch), compiles it with AOTInductor and writes `out` (.pt2) with
+    the inputs declared in its metadata. `settings` are the preprocessing the model expects,
+    which `precompute run` takes for every key its config file leaves out:
+    {"video": {"size": [224, 224], "mean": [...], "std": [...], "resize": "shorter_side_crop",
+    "layout": "frames" or "clips", "frames": 16}} or {"audio": {"sample_rate": 16000,
+    "window_s": 30.0}}. `examples` are the inputs it is traced with (default: random ones of
+    the specs' shapes, size 2 for each dynamic dimension, or its `min_size`). Returns `out`."""
+    program = _export(module, inputs, device, max_batch, examples)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     torch._inductor.aoti_compile_and_package(
         program, package_path=str(out),
-        inductor_configs={"aot_inductor.metadata": {METADATA_KEY: json.dumps(declared)}})
+        inductor_configs={"aot_inductor.metadata": {METADATA_KEY: _declaration(inputs,
+                                                                               settings)}})
     return out
+
+
+def build_name(device: str, dtype: str) -> str:
+    """The name of a package's build for a device kind and dtype, as `precompute run` looks for
+    it: "cuda_float16", "cpu_float32"."""
+    return f"{device}_{dtype}"
+
+
+@dataclass
+class Build:
+    """One build of a multi-build package: the module in its dtype, its inputs, its device."""
+    module: torch.nn.Module
+    inputs: Sequence[InputSpec]
+    device: str = "cpu"
+    examples: Optional[Sequence[torch.Tensor]] = None
+
+
+def package_builds(builds: Dict[str, Build], out: Union[str, Path],
+                   settings: Optional[Dict[str, dict]] = None, max_batch: int = 65535) -> Path:
+    """Several builds of one model in one package, each under its name (`build_name(device,
+    dtype)`), so that one file serves every device and dtype it was built for: `precompute run`
+    loads the build named after its section's device kind and dtype. Returns `out`."""
+    from torch._inductor.package import package_aoti
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name, build in builds.items():
+        program = _export(build.module, build.inputs, build.device, max_batch, build.examples)
+        args, kwargs = program.example_inputs
+        options = {"aot_inductor.package": True,
+                   "aot_inductor.metadata": {METADATA_KEY: _declaration(build.inputs, settings)}}
+        files[name] = torch._inductor.aot_compile(program.module(check_guards=False), args,
+                                                  kwargs, options=options)
+    package_aoti(str(out), files)
+    return out
+
+
+def _declaration(inputs: Sequence[InputSpec], settings: Optional[Dict[str, dict]]) -> str:
+    return json.dumps({"inputs": [{"shape": list(s.shape), "dtype": s.dtype} for s in inputs],
+                       **(settings or {})})
 
 
 def _report_narrowed_ranges(program, inputs: Sequence[InputSpec]) -> None:
@@ -530,10 +576,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                                   "preprocessor_config.json); for torchvision, "
                                                   "the model's name (resnet50, vit_b_16, r3d_18)")
     parser.add_argument("out", type=Path, help="the package to write (.pt2)")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                        help="the device it will run on: a package holds code for one")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
-                        help="the dtype it computes in (video.dtype must match)")
+    parser.add_argument("--device", default="cpu",
+                        help="the device it will run on (cpu or cuda): a build holds code for "
+                             "one; a list (cpu,cuda) makes one build each in the package")
+    parser.add_argument("--dtype", default="float32",
+                        help="the dtype it computes in (float32, float16 or bfloat16; "
+                             "video.dtype must match); a list makes one build each")
     parser.add_argument("--projection", action="store_true",
                         help="clip-vision: the projected image_embeds, not pooler_output")
     parser.add_argument("--frames", type=int, default=0,
@@ -558,14 +606,47 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                          f"(video.max_frames' default)")
     if args.window_s is not None and args.window_s < 0:
         raise SystemExit(f"--window-s {args.window_s}: a window is 0 (whole clips) or longer")
+    devices = _choices("--device", args.device, ("cpu", "cuda"))
+    dtypes = _choices("--dtype", args.dtype, ("float32", "float16", "bfloat16"))
+    if len(devices) * len(dtypes) == 1:
+        args.device, args.dtype = devices[0], dtypes[0]
+        module, inputs, settings, examples = _recipe_build(args)
+        out = package(module, inputs, args.out, device=args.device, settings=settings,
+                      examples=examples)
+        print(f"wrote {out}: takes {[list(i.shape) for i in inputs]} {args.dtype} on "
+              f"{args.device}; settings {json.dumps(settings)}")
+        return
+    import copy
+    builds, settings = {}, None
+    for device in devices:
+        for dtype in dtypes:
+            one = copy.copy(args)
+            one.device, one.dtype = device, dtype
+            module, inputs, settings, examples = _recipe_build(one)
+            builds[build_name(device, dtype)] = Build(module, inputs, device, examples)
+    out = package_builds(builds, args.out, settings=settings)
+    print(f"wrote {out}: builds {', '.join(builds)}; settings {json.dumps(settings)}")
+
+
+def _choices(flag: str, value: str, allowed: Tuple[str, ...]) -> list:
+    """A comma-separated list of `allowed` values, each once, in the order given."""
+    items = []
+    for item in value.split(","):
+        item = item.strip()
+        if item not in allowed:
+            raise SystemExit(f"{flag} {value!r}: {item!r} is not one of {', '.join(allowed)}")
+        if item not in items:
+            items.append(item)
+    return items
+
+
+def _recipe_build(args) -> tuple:
+    """The recipe's module in args.dtype, its inputs, settings and examples (or None)."""
     module, inputs, settings, *examples = RECIPES[args.recipe](args.folder, args)
     # The network in the chosen dtype; a recipe's own buffers (whisper-encoder's mel filters)
     # stay float32, for its front end computes in float32.
     module.model.to(DTYPES[args.dtype])
-    out = package(module.eval(), inputs, args.out, device=args.device, settings=settings,
-                  examples=examples[0] if examples else None)
-    print(f"wrote {out}: takes {[list(i.shape) for i in inputs]} {args.dtype} on {args.device}; "
-          f"settings {json.dumps(settings)}")
+    return module.eval(), inputs, settings, examples[0] if examples else None
 
 
 if __name__ == "__main__":

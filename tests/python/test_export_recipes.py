@@ -157,3 +157,32 @@ def test_precompute_stores_what_torchscript_stores_without_restating_preprocessi
         assert x.shape == y.shape
         cos = (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
         assert cos.min() >= 0.9999, (recipe, sample, cos)
+
+
+def test_lists_of_dtypes_make_one_build_each(packages, tmp_path):
+    """--dtype float32,bfloat16: one package, a build per dtype, each declaring its own input
+    dtype and both the folder's preprocessing (Note [Builds in one package])."""
+    import torch
+    model, folder, _ = packages["clip-vision"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    out = tmp_path / "both.pt2"
+    r = subprocess.run([sys.executable, "-m", "precompute.export", "clip-vision", str(folder),
+                        str(out), "--dtype", "float32,bfloat16"], capture_output=True, text=True,
+                       env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "builds cpu_float32, cpu_bfloat16" in r.stdout
+    with zipfile.ZipFile(out) as z:
+        declared = {}
+        for name in z.namelist():
+            if name.endswith("wrapper_metadata.json"):
+                build = name.split("/")[3]
+                declared[build] = json.loads(json.loads(z.read(name))["precompute.encoder"])
+    assert declared["cpu_float32"]["inputs"][0]["dtype"] == "float32"
+    assert declared["cpu_bfloat16"]["inputs"][0]["dtype"] == "bfloat16"
+    assert declared["cpu_float32"]["video"] == declared["cpu_bfloat16"]["video"]
+    from torch._inductor.package import load_package
+    x = torch.randn(2, 3, SIZE, SIZE)
+    with torch.no_grad():
+        expected = model(pixel_values=x).pooler_output
+        got = load_package(str(out), "cpu_float32")(x)
+    assert (got - expected).abs().max().item() < 1e-4

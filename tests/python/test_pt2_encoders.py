@@ -298,3 +298,56 @@ def test_packages_beside_a_config_in_a_folder_not_utf8_survive_a_decoder_crash_a
     log = r.stderr.decode("utf-8", "replace")
     assert r.returncode == 2, log[-2000:]
     assert "video.encoder.path" in log, log[-2000:]
+
+
+def test_one_package_holds_a_build_per_dtype_and_each_run_takes_its_own(binary, manifest,
+                                                                          tmp_path):
+    """Note [Builds in one package]: float32 and bfloat16 builds in one file; video.dtype picks
+    one, both store the float32 TorchScript's vectors (bfloat16 within its precision); a dtype
+    with no build is refused at start-up naming the builds there are."""
+    import copy
+    import torch
+    import export_encoders as demo
+    from precompute.export import Build, InputSpec, build_name, package_builds
+    video = demo.TinyFrameFeatures().eval()
+    torch.jit.save(torch.jit.script(video), str(tmp_path / "video.pt"))
+    half = copy.deepcopy(video).to(torch.bfloat16)
+    both = package_builds(
+        {build_name("cpu", "float32"): Build(video, [InputSpec((-1, 3, SIZE, SIZE))]),
+         build_name("cpu", "bfloat16"): Build(half, [InputSpec((-1, 3, SIZE, SIZE), "bfloat16")])},
+        tmp_path / "both.pt2", settings={"video": {"size": [SIZE, SIZE]}})
+    with zipfile.ZipFile(both) as z:
+        builds = {n.split("/")[3] for n in z.namelist() if "/data/aotinductor/" in n}
+    assert builds == {"cpu_float32", "cpu_bfloat16"}
+    run_precompute(binary, tmp_path, config(manifest, tmp_path / "ts", tmp_path / "video.pt"))
+    reference = rows(tmp_path / "ts", "video")
+    for dtype, least in (("float32", 0.9999), ("bfloat16", 0.99)):
+        r = run_precompute(binary, tmp_path, config(manifest, tmp_path / dtype, both,
+                                                    dtype=dtype))
+        assert f"both.pt2: build cpu_{dtype} of 2" in r.stderr, r.stderr[-2000:]
+        got = rows(tmp_path / dtype, "video")
+        assert got.shape == reference.shape
+        cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) *
+                                          np.linalg.norm(reference, axis=1))
+        assert cos.min() >= least, (dtype, cos.min())
+    r = run_precompute(binary, tmp_path, config(manifest, tmp_path / "f16", both,
+                                                dtype="float16"), expect=2)
+    assert ("holds the builds cpu_bfloat16, cpu_float32 and none named cpu_float16 for video on "
+            "cpu in float16") in r.stderr, r.stderr[-2000:]
+    out = tmp_path / "f16"
+    assert not list(out.glob("*.h5")) and not (out / "index.json").exists()
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--device", "cpu,tpu", "--device 'cpu,tpu': 'tpu' is not one of cpu, cuda"),
+    ("--dtype", "float32,", "--dtype 'float32,': '' is not one of float32, float16, bfloat16"),
+    ("--dtype", "int8", "'int8' is not one of"),
+])
+def test_export_refuses_a_device_or_dtype_it_cannot_build(tmp_path, flag, value, message):
+    from conftest import ROOT
+    (tmp_path / "config.json").write_text("{}")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    r = subprocess.run([sys.executable, "-m", "precompute.export", "clip-vision", str(tmp_path),
+                        str(tmp_path / "x.pt2"), flag, value], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 1 and message in r.stderr, r.stderr
