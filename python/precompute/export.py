@@ -12,8 +12,9 @@ An AOTInductor package runs whatever it is given: a 96x96 image into a model exp
 or fp16 into an fp32 model, gives wrong vectors without a word. So the package carries what it
 takes (each input's shape, -1 where it is dynamic, and dtype) in its metadata, under
 "precompute.encoder"; `precompute run` refuses a package without it and checks every call
-against it (docs/encoders.md). A package holds code for one device kind and one dtype: export one
-per device (`device="cuda"` on the GPU machine) and dtype.
+against it (docs/encoders.md). A build holds code for one device kind and one dtype: export one
+per device (`device="cuda"` on a machine with a GPU) and dtype, or put several builds in one
+package with `package_builds` (docs/pt2_encoders.md, "Several builds in one package").
 """
 
 import json
