@@ -18,6 +18,9 @@
 # Logs in $OUT (default /tmp/out). Exit 1 when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+# The machine's own library path: the export check runs Python alone, without the FFmpeg and
+# oneTBB libraries the binary is built against (precompute-env.sh puts them first).
+machine_library_path=${LD_LIBRARY_PATH-}
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python=${BENCH_PYTHON:-python3}
@@ -87,7 +90,8 @@ if [ -d bench-data/parity ]; then
   echo "pt2_parity: $(grep -c '"ok": true' "$OUT/pt2_parity.log") checks passed"
 fi
 echo "==== export recipes on cuda ===="
-"$python" tests/gpu/export_recipes_cuda.py --work /tmp/export-cuda \
+LD_LIBRARY_PATH=$machine_library_path \
+  "$python" tests/gpu/export_recipes_cuda.py --work /tmp/export-cuda \
   > "$OUT/export_recipes_cuda.log" 2>&1 || status=1
 grep -v '"ok": true' "$OUT/export_recipes_cuda.log" | grep '^{' | tail -n 20
 echo "export_recipes_cuda: $(grep -c '"ok": true' "$OUT/export_recipes_cuda.log") checks passed"
