@@ -609,6 +609,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise SystemExit(f"--window-s {args.window_s}: a window is 0 (whole clips) or longer")
     devices = _choices("--device", args.device, ("cpu", "cuda"))
     dtypes = _choices("--dtype", args.dtype, ("float32", "float16", "bfloat16"))
+    if "cuda" in devices and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this machine has no CUDA device PyTorch can use "
+                         "(torch.cuda.is_available() is False); compile CUDA builds on the "
+                         "machine with the GPU")
     if len(devices) * len(dtypes) == 1:
         args.device, args.dtype = devices[0], dtypes[0]
         module, inputs, settings, examples = _recipe_build(args)
