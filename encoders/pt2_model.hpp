@@ -42,8 +42,6 @@ class Pt2Model final : public EncoderModel {
   std::vector<at::Tensor> weights() const override;
 
   const std::vector<Pt2Input>& declared_inputs() const { return inputs_; }
-  // The package's build this model runs (Note [Builds in one package] in pt2_model.cpp).
-  const std::string& build() const { return build_; }
 
  private:
   std::filesystem::path file_;
@@ -51,7 +49,7 @@ class Pt2Model final : public EncoderModel {
   at::ScalarType dtype_;
   ModelUse use_;
   std::vector<Pt2Input> inputs_;
-  std::string build_ = "model";
+  std::string build_ = "model";  // the package's build it runs (Note [Builds in one package])
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
 };
 

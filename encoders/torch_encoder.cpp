@@ -177,11 +177,12 @@ void TorchEncoder::warm_up(PreparedSample sample) {
       std::make_shared<const PreparedSample>(std::move(sample))};
   // Every lane once, so that what each stream's thread keeps (cuBLAS' handle and workspace)
   // exists before the memory budget measures what is resident (Note [One thread per CUDA
-  // stream]).
+  // stream]); on the CPU, the calling thread.
+  std::vector<SampleEmbedding> out;
   for (const auto& lane : lanes_) {
-    lane->thread.run([&] { encode_on(batch, lane->stream); });
+    lane->thread.run([&] { out = encode_on(batch, lane->stream); });
   }
-  const auto out = encode(batch);
+  if (lanes_.empty()) out = encode(batch);
   PC_CHECK(out.size() == 1 && out[0].dim > 0, ModelError, modality_name(info_.modality),
            " model ", info_.model_file, " returned no vector in its warm-up pass");
   info_.dim = out[0].dim;

@@ -26,39 +26,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "tools" / "scripts"))
 from precompute.export import DTYPES, RECIPES  # noqa: E402
+from tiny_audio_models import tiny_audio_folder  # noqa: E402
 
 MIN_COSINE = {"float32": 0.9999, "float16": 0.999}
-
-
-def audio_folder(recipe: str, folder: Path) -> None:
-    """A random-weight model of the recipe's family with its feature extractor's config: small,
-    but with the real front ends (7 strided convolutions; 128 mel bins over 30 s)."""
-    torch.manual_seed(0)
-    if recipe == "whisper-encoder":
-        from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperModel
-        WhisperModel(WhisperConfig(
-            d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128,
-            decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64, vocab_size=64,
-            num_mel_bins=128, max_source_positions=1500, max_target_positions=32,
-            pad_token_id=0, bos_token_id=1, eos_token_id=2,
-            decoder_start_token_id=1)).save_pretrained(folder)
-        WhisperFeatureExtractor(feature_size=128).save_pretrained(folder)
-        return
-    from transformers import Wav2Vec2FeatureExtractor
-    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=2, conv_dim=(32,) * 7, num_conv_pos_embeddings=16,
-                  num_conv_pos_embedding_groups=2)
-    if recipe == "wav2vec2":
-        from transformers import Wav2Vec2Config, Wav2Vec2Model
-        model = Wav2Vec2Model(Wav2Vec2Config(**common, feat_extract_norm="group"))
-    else:
-        from transformers import HubertConfig, HubertModel
-        model = HubertModel(HubertConfig(**common, feat_extract_norm="layer",
-                                         do_stable_layer_norm=True))
-    model.save_pretrained(folder)
-    Wav2Vec2FeatureExtractor(do_normalize=recipe == "wav2vec2",
-                             return_attention_mask=recipe == "hubert").save_pretrained(folder)
 
 
 def inputs_for(recipe: str, dtype: torch.dtype) -> tuple:
@@ -99,7 +71,7 @@ def main() -> int:
         else:
             source, extra = str(args.work / recipe), []
             if not (args.work / recipe / "config.json").exists():
-                audio_folder(recipe, args.work / recipe)
+                tiny_audio_folder(recipe, args.work / recipe, width=64)
         for dtype in args.dtypes.split(","):
             package = args.work / f"{recipe}-{dtype}.pt2"
             started = time.time()

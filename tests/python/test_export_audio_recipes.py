@@ -25,37 +25,10 @@ RECIPES = ("wav2vec2", "hubert", "whisper-encoder")
 
 
 def tiny_folder(recipe: str, folder: Path):
-    """A random-weight model of the recipe's family, saved with its feature extractor's config.
-    wav2vec2: group-norm feature encoder, waveform normalised; hubert: layer-norm feature
-    encoder (so an attention mask), not normalised; whisper: 128 mel bins, 30-s windows."""
-    import torch
-    torch.manual_seed(0)
-    if recipe == "whisper-encoder":
-        from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperModel
-        model = WhisperModel(WhisperConfig(
-            d_model=32, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64,
-            decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64, vocab_size=64,
-            num_mel_bins=128, max_source_positions=1500, max_target_positions=32,
-            pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1))
-        model.eval().save_pretrained(folder)
-        WhisperFeatureExtractor(feature_size=128).save_pretrained(folder)
-        return model
-    from transformers import Wav2Vec2FeatureExtractor
-    common = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=2, conv_dim=(16,) * 7, num_conv_pos_embeddings=16,
-                  num_conv_pos_embedding_groups=2)
-    if recipe == "wav2vec2":
-        from transformers import Wav2Vec2Config, Wav2Vec2Model
-        model = Wav2Vec2Model(Wav2Vec2Config(**common, feat_extract_norm="group"))
-    else:
-        from transformers import HubertConfig, HubertModel
-        model = HubertModel(HubertConfig(**common, feat_extract_norm="layer",
-                                         do_stable_layer_norm=True))
-    model.eval().save_pretrained(folder)
-    layer = model.config.feat_extract_norm == "layer"
-    Wav2Vec2FeatureExtractor(do_normalize=recipe == "wav2vec2",
-                             return_attention_mask=layer).save_pretrained(folder)
-    return model
+    """A random-weight model of the recipe's family, saved with its feature extractor's config
+    (tools/scripts/tiny_audio_models.py)."""
+    from tiny_audio_models import tiny_audio_folder
+    return tiny_audio_folder(recipe, folder)
 
 
 def export(recipe: str, folder: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
