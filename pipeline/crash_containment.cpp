@@ -67,8 +67,8 @@ void inject_decoder_fault(const SampleSpec& spec) {
   if (colon == std::string::npos) return;
   const std::string kind = setting.substr(0, colon);
   const std::string needle = setting.substr(colon + 1);
-  const auto matches = [&](const std::optional<std::filesystem::path>& p) {
-    return p && p->string().find(needle) != std::string::npos;
+  const auto matches = [&](const std::optional<MediaSource>& p) {
+    return p && p->name().find(needle) != std::string::npos;
   };
   if (!matches(spec.video) && !matches(spec.audio)) return;
   if (kind == "crash") ::raise(SIGSEGV);

@@ -28,6 +28,15 @@ namespace {
 
 using Json = nlohmann::json;
 
+// A whole file is its path, so that a manifest's identity is what it was before tar members
+// existed; a member adds its name and byte range, so a tar rewritten with other bytes for the
+// same key reads as another input.
+std::string media_identity(const MediaSource& source) {
+  if (!source.is_member()) return source.file.string();
+  return source.file.string() + "\n" + source.member + "\n" + std::to_string(source.offset) +
+         "+" + std::to_string(source.size);
+}
+
 void flatten(const Json& value, const std::string& path, std::vector<std::string>& paths) {
   if (value.is_object() && !value.empty()) {
     for (const auto& [key, child] : value.items()) {
@@ -74,8 +83,8 @@ std::string input_identity(const std::vector<SampleSpec>& samples, int64_t first
   for (int64_t i = first; i < first + count; ++i) {
     const auto& s = samples[static_cast<size_t>(i)];
     field(s.id);
-    field(s.video ? "v" + s.video->string() : std::string());
-    field(s.audio ? "a" + s.audio->string() : std::string());
+    field(s.video ? "v" + media_identity(*s.video) : std::string());
+    field(s.audio ? "a" + media_identity(*s.audio) : std::string());
     field(s.text ? "t" + *s.text : std::string());
     // Kept columns' values (Note [Kept columns]); none without output.keep_columns, so the
     // identity of an input without them is what it was before they existed.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pipeline/core/failure.hpp"
+#include "pipeline/core/media_source.hpp"
 #include "pipeline/core/modality.hpp"
 
 namespace precompute {
@@ -23,8 +24,8 @@ struct SampleSpec {
   int64_t order = 0;  // 0-based position among the samples this run processes (a resumed run
                       // skips committed ones); the graph restores this order after decoding
   std::string id;     // unique across the input
-  std::optional<std::filesystem::path> video;
-  std::optional<std::filesystem::path> audio;  // when absent, the audio track of `video`
+  std::optional<MediaSource> video;
+  std::optional<MediaSource> audio;  // when absent, the audio track of `video`
   std::optional<std::string> text;
   // The values of output.keep_columns, in that key's order ("" where the line has no value);
   // empty when no column is kept.

@@ -213,11 +213,11 @@ class SampleCollector {
     return by_line_ ? fmt::format(" (line {})", line) : std::string();
   }
 
-  void check_path(const std::optional<std::filesystem::path>& file, const char* key,
+  void check_path(const std::optional<MediaSource>& file, const char* key,
                   const SampleSpec& spec) const {
     // Opening the file would silently cut the path at the NUL and read another file.
-    PC_CHECK(!file || file->native().find('\0') == std::string::npos, InputError, name_,
-             where(spec.line), ": the '", key, "' path '", printable(file->native()),
+    PC_CHECK(!file || file->file.native().find('\0') == std::string::npos, InputError, name_,
+             where(spec.line), ": the '", key, "' path '", printable(file->file.native()),
              "' contains a NUL character (shown as \\x00), which no file name can hold; "
              "fix the path");
   }

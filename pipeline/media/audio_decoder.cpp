@@ -178,13 +178,14 @@ AudioDecodeOptions audio_decode_options(const AudioSection& section, const RunSe
   return options;
 }
 
-AudioWindows decode_audio(const std::filesystem::path& file, const AudioDecodeOptions& options) {
+AudioWindows decode_audio(const MediaSource& source, const AudioDecodeOptions& options) {
+  const std::filesystem::path file(source.name());  // for messages
   PC_ASSERT(options.sample_rate > 0 && options.window_s >= 0 && options.hop_s >= 0);
 
   const ffmpeg::Deadline deadline(options.timeout_s);
   // A video's own pictures are not ours to cap here (video.max_pixels): FFmpeg's default holds.
   const ffmpeg::InputLimits limits{options.max_file_bytes, /*max_pixels=*/0};
-  const ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
+  const ffmpeg::InputFile input = ffmpeg::open_input(source, limits, deadline);
   const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_AUDIO, file);
   const ffmpeg::SampleClock clock(input.format());
   const AVRational time_base = stream->time_base;

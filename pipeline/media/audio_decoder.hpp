@@ -25,6 +25,6 @@ AudioDecodeOptions audio_decode_options(const AudioSection& section, const RunSe
 
 // Throws MediaError (missing, unreadable, no_stream, decode_error, too_long, too_large,
 // timeout, unsupported) naming the file.
-AudioWindows decode_audio(const std::filesystem::path& file, const AudioDecodeOptions& options);
+AudioWindows decode_audio(const MediaSource& source, const AudioDecodeOptions& options);
 
 }  // namespace precompute

@@ -216,9 +216,12 @@ int refuse_nested_open(AVFormatContext* format, AVIOContext** /*pb*/, const char
 
 // What the AVIOContext's callbacks read from. Reads go through pread at our own position, so
 // nothing else shares the descriptor's offset, and stop at the size fstat gave at open: a file
-// that grows while we read it cannot make us read without end.
+// that grows while we read it cannot make us read without end. A tar member is the range
+// [base, base + size) of its tar: positions are the member's own, so FFmpeg sees a file of the
+// member's size and neither a seek nor a read can reach a byte outside it.
 struct InputFile::Source {
   int fd = -1;
+  int64_t base = 0;  // the member's first byte in the tar; 0 for a whole file
   int64_t size = 0;
   int64_t position = 0;
   const Deadline* deadline = nullptr;
@@ -238,7 +241,7 @@ struct InputFile::Source {
     const auto count = static_cast<size_t>(std::min<int64_t>(size, left));
     ssize_t got = 0;
     do {
-      got = ::pread(self->fd, buffer, count, self->position);
+      got = ::pread(self->fd, buffer, count, self->base + self->position);
     } while (got < 0 && errno == EINTR);
     if (got < 0) return AVERROR(errno);
     if (got == 0) return AVERROR_EOF;  // the file shrank since it was opened
@@ -336,10 +339,13 @@ std::string error_text(int errnum) {
   return buffer;
 }
 
-InputFile open_input(const std::filesystem::path& file, const InputLimits& limits,
+InputFile open_input(const MediaSource& media, const InputLimits& limits,
                      const Deadline& deadline) {
   configure_ffmpeg_once();
-  check_path(file, limits);
+  const std::filesystem::path& file = media.file;
+  // A member's cap is its own size; the tar it is in may be as large as it likes.
+  const InputLimits file_limits{media.is_member() ? 0 : limits.max_file_bytes, limits.max_pixels};
+  check_path(file, file_limits);
 
   InputFile input;
   input.source_ = std::make_unique<InputFile::Source>();
@@ -356,8 +362,22 @@ InputFile open_input(const std::filesystem::path& file, const InputLimits& limit
   struct stat info {};
   PC_MEDIA_CHECK(::fstat(source.fd, &info) == 0, FailureCategory::kUnreadable, file.string(),
                  ": cannot stat: ", std::strerror(errno));
-  check_regular_within_cap(info, file, limits);
+  check_regular_within_cap(info, file, file_limits);
   source.size = info.st_size;
+  if (media.is_member()) {
+    PC_MEDIA_CHECK(media.offset >= 0 && media.size >= 0 &&
+                       media.offset <= info.st_size - media.size,
+                   FailureCategory::kUnreadable, media.name(), ": the member's bytes ",
+                   media.offset, "+", media.size, " lie past the end of the tar (", info.st_size,
+                   " bytes): the tar changed since it was indexed; run again on the tar as it is");
+    PC_MEDIA_CHECK(limits.max_file_bytes <= 0 || media.size <= limits.max_file_bytes,
+                   FailureCategory::kTooLarge, media.name(), ": the member is ", media.size,
+                   " bytes, over the limit of ", limits.max_file_bytes,
+                   " bytes (run.max_file_bytes); raise it to read this member");
+    source.base = media.offset;
+    source.size = media.size;
+  }
+  const std::filesystem::path name(media.name());  // for messages; its extension guides probing
 
   auto* buffer = static_cast<unsigned char*>(av_malloc(kIoBufferBytes));
   if (buffer == nullptr) throw std::bad_alloc();
@@ -380,10 +400,10 @@ InputFile open_input(const std::filesystem::path& file, const InputLimits& limit
 
   DictionaryPtr options = open_options();
   AVDictionary* unused_options = options.release();
-  const int opened = avformat_open_input(&raw, file.c_str(), nullptr, &unused_options);
+  const int opened = avformat_open_input(&raw, name.c_str(), nullptr, &unused_options);
   options.reset(unused_options);  // FFmpeg hands back the options it did not use
-  if (opened < 0) deadline.check(file, "opening");
-  PC_MEDIA_CHECK(opened >= 0, FailureCategory::kDecodeError, file.string(),
+  if (opened < 0) deadline.check(name, "opening");
+  PC_MEDIA_CHECK(opened >= 0, FailureCategory::kDecodeError, name.string(),
                  ": cannot open (avformat_open_input): ", error_text(opened));
   input.format_.reset(raw);
 
@@ -395,7 +415,7 @@ InputFile open_input(const std::filesystem::path& file, const InputLimits& limit
     const AVCodecParameters* codecpar = format->streams[i]->codecpar;
     if (codecpar->codec_type != AVMEDIA_TYPE_VIDEO) continue;
     PC_MEDIA_CHECK(int64_t{codecpar->width} * codecpar->height <= limits.max_pixels,
-                   FailureCategory::kTooLarge, file.string(), ": the picture is ", codecpar->width,
+                   FailureCategory::kTooLarge, name.string(), ": the picture is ", codecpar->width,
                    "x", codecpar->height, ", over the limit of ", limits.max_pixels,
                    " pixels (video.max_pixels)");
   }
@@ -412,9 +432,9 @@ InputFile open_input(const std::filesystem::path& file, const InputLimits& limit
   const int probed = avformat_find_stream_info(
       input.format_.get(), stream_options.empty() ? nullptr : stream_options.data());
   for (AVDictionary*& stream : stream_options) av_dict_free(&stream);
-  if (probed < 0) deadline.check(file, "reading stream information");
+  if (probed < 0) deadline.check(name, "reading stream information");
   PC_MEDIA_CHECK(
-      probed >= 0, FailureCategory::kDecodeError, file.string(),
+      probed >= 0, FailureCategory::kDecodeError, name.string(),
       ": cannot read stream information (avformat_find_stream_info): ", error_text(probed));
   return input;
 }

@@ -28,6 +28,8 @@ extern "C" {
 #include <optional>
 #include <string>
 
+#include "pipeline/core/media_source.hpp"
+
 namespace precompute::ffmpeg {
 
 // Every FFmpeg object is owned by one of these aliases; the deleter calls the matching free
@@ -124,7 +126,7 @@ class InputFile {
   AVFormatContext* format() const { return format_.get(); }
 
  private:
-  friend InputFile open_input(const std::filesystem::path&, const InputLimits&, const Deadline&);
+  friend InputFile open_input(const MediaSource&, const InputLimits&, const Deadline&);
   InputFile();
 
   // Declared in release order reversed: members are destroyed bottom-up.
@@ -133,13 +135,15 @@ class InputFile {
   FormatContextPtr format_;
 };
 
-// Opens `file` for demuxing and reads its stream information, under `deadline` (which must
-// outlive the InputFile). Throws MediaError: kMissing when it does not exist; kUnreadable when
-// it is not a readable regular file (a directory, FIFO, device or socket) or is a URL or FFmpeg
-// protocol rather than a local path; kTooLarge over limits.max_file_bytes; kTimeout when the
+// Opens `source` for demuxing, a whole file or a tar member read only within its byte range,
+// and reads its stream information, under `deadline` (which must outlive the InputFile). Throws
+// MediaError: kMissing when the file does not exist; kUnreadable when it is not a readable
+// regular file (a directory, FIFO, device or socket), is a URL or FFmpeg protocol rather than a
+// local path, or is a tar that no longer holds the member's range (it changed since it was
+// indexed); kTooLarge over limits.max_file_bytes (a member: its own size); kTimeout when the
 // deadline passes; kDecodeError when FFmpeg cannot open or probe it (including containers we do
 // not accept).
-InputFile open_input(const std::filesystem::path& file, const InputLimits& limits,
+InputFile open_input(const MediaSource& source, const InputLimits& limits,
                      const Deadline& deadline);
 
 // The stream of `type` FFmpeg picks as best. Throws MediaError kNoStream ("<file>: no video

@@ -459,10 +459,11 @@ struct OpenedVideo {
   double duration_s;
 };
 
-OpenedVideo open_video(const std::filesystem::path& file, const VideoDecodeOptions& options,
+OpenedVideo open_video(const MediaSource& source, const VideoDecodeOptions& options,
                        const ffmpeg::Deadline& deadline) {
+  const std::filesystem::path file(source.name());
   const ffmpeg::InputLimits limits{options.max_file_bytes, options.max_pixels};
-  ffmpeg::InputFile input = ffmpeg::open_input(file, limits, deadline);
+  ffmpeg::InputFile input = ffmpeg::open_input(source, limits, deadline);
   const AVStream* stream = ffmpeg::find_stream(input.format(), AVMEDIA_TYPE_VIDEO, file);
   const int width = stream->codecpar->width;
   const int height = stream->codecpar->height;
@@ -475,7 +476,7 @@ OpenedVideo open_video(const std::filesystem::path& file, const VideoDecodeOptio
     duration = measure_duration(input.format(), stream, deadline, file);
     // Reading from the start again: reopening works for every container, seeking does not.
     const int index = stream->index;
-    input = ffmpeg::open_input(file, limits, deadline);
+    input = ffmpeg::open_input(source, limits, deadline);
     PC_MEDIA_CHECK(index < static_cast<int>(input.format()->nb_streams),
                    FailureCategory::kDecodeError, file.string(),
                    ": the file changed while it was read");
@@ -509,13 +510,14 @@ VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSe
   return options;
 }
 
-VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options) {
+VideoFrames decode_video(const MediaSource& source, const VideoDecodeOptions& options) {
   CpuDecoderBackend backend;
-  return decode_video(file, options, backend);
+  return decode_video(source, options, backend);
 }
 
-VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options,
+VideoFrames decode_video(const MediaSource& source, const VideoDecodeOptions& options,
                          VideoDecoderBackend& backend) {
+  const std::filesystem::path file(source.name());  // for messages
   PC_ASSERT((options.fps > 0) != (options.num_frames > 0),
             "exactly one of fps and num_frames must be set");
   PC_ASSERT(options.width > 0 && options.height > 0 && options.max_pixels > 0);
@@ -529,7 +531,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
   };
   double opened_ms = 0.0;
   double first_frame_ms = -1.0;
-  OpenedVideo opened = open_video(file, options, deadline);
+  OpenedVideo opened = open_video(source, options, deadline);
   ffmpeg::InputFile& input = opened.input;
   const AVStream* const stream = opened.stream;
   const int64_t duration = opened.duration;
@@ -803,7 +805,7 @@ VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOpt
     VideoDecodeOptions forward = options;
     forward.seek = false;
     forward.timeout_s = std::max(1e-3, deadline.seconds_left());
-    VideoFrames frames = decode_video(file, forward, backend);  // the backend opens again
+    VideoFrames frames = decode_video(source, forward, backend);  // the backend opens again
     frames.seeks += out.seeks;
     frames.seeks_undone += out.seeks_undone + 1;
     frames.decoded_frames += decoded;

@@ -83,9 +83,9 @@ VideoDecodeOptions video_decode_options(const VideoSection& section, const RunSe
 //
 // Decodes on `backend` (decoder_backend.hpp: the CPU's, or an NVDEC session's), which it opens
 // for the file and closes after.
-VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options,
+VideoFrames decode_video(const MediaSource& source, const VideoDecodeOptions& options,
                          VideoDecoderBackend& backend);
 // On the CPU (CpuDecoderBackend).
-VideoFrames decode_video(const std::filesystem::path& file, const VideoDecodeOptions& options);
+VideoFrames decode_video(const MediaSource& source, const VideoDecodeOptions& options);
 
 }  // namespace precompute

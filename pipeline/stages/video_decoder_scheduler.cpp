@@ -84,7 +84,7 @@ VideoDecoderScheduler::~VideoDecoderScheduler() = default;
 // pace; nice 19 gives NVDEC no more and takes from the CPU (docs/benchmarks.md, "CPU decoders
 // at a lower priority"). Linux cannot raise a thread's priority back without privilege, hence
 // threads kept for this rather than the graph's own threads lowered and raised per file.
-VideoFrames VideoDecoderScheduler::decode_on_cpu_threads(const std::filesystem::path& file,
+VideoFrames VideoDecoderScheduler::decode_on_cpu_threads(const MediaSource& file,
                                                          const VideoDecodeOptions& options) const {
   const StageTimer on_cpu(stats_->video_cpu_decode_ns);
   return cpu_decode_threads_->run([&] {
@@ -93,7 +93,7 @@ VideoFrames VideoDecoderScheduler::decode_on_cpu_threads(const std::filesystem::
   });
 }
 
-VideoFrames VideoDecoderScheduler::decode(const std::filesystem::path& file) const {
+VideoFrames VideoDecoderScheduler::decode(const MediaSource& file) const {
   if (!nvdec_) {
     const StageTimer on_cpu(stats_->video_cpu_decode_ns);
     CpuDecoderBackend cpu;
@@ -122,7 +122,7 @@ VideoFrames VideoDecoderScheduler::decode(const std::filesystem::path& file) con
       stats_->video_nvdec_handovers.fetch_add(1, std::memory_order_relaxed);
       stats_->video_decoded_frames.fetch_add(given_up.decoded_frames(), std::memory_order_relaxed);
       spdlog::debug("{}: handed over to a free NVDEC session after {} frame(s) on the CPU",
-                    file.string(), given_up.decoded_frames());
+                    file.name(), given_up.decoded_frames());
     }
   }
   VideoDecodeOptions options = options_;
@@ -146,7 +146,7 @@ VideoFrames VideoDecoderScheduler::decode(const std::filesystem::path& file) con
         e.category() != FailureCategory::kUnsupported) {
       throw;
     }
-    spdlog::debug("{}: NVDEC failed ({}); decoding on the CPU", file.string(), e.what());
+    spdlog::debug("{}: NVDEC failed ({}); decoding on the CPU", file.name(), e.what());
   }
   lease = {};  // free for another file while this one decodes on the CPU
   stats_->video_nvdec_fallbacks.fetch_add(1, std::memory_order_relaxed);

@@ -30,7 +30,7 @@ class VideoDecoderScheduler {
   VideoDecoderScheduler& operator=(const VideoDecoderScheduler&) = delete;
 
   // Decodes `file` on the backend its turn gives it; counts into the run's stats.
-  VideoFrames decode(const std::filesystem::path& file) const;
+  VideoFrames decode(const MediaSource& file) const;
 
   // The NVDEC sessions (every GPU's); 0 when only the CPU decodes.
   int nvdec_sessions() const;
@@ -41,7 +41,7 @@ class VideoDecoderScheduler {
   std::string describe() const;
 
  private:
-  VideoFrames decode_on_cpu_threads(const std::filesystem::path& file,
+  VideoFrames decode_on_cpu_threads(const MediaSource& file,
                                     const VideoDecodeOptions& options) const;
 
   VideoDecodeOptions options_;

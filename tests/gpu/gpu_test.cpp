@@ -670,7 +670,7 @@ TEST(NvdecHandoverGpuTest, ACpuFileIsHandedOverToTheSessionThatWentIdle) {
   const SamplePreparer preparer(config, stats);
   SampleSpec spec;
   spec.id = "heavy";
-  spec.video = heavy;
+  spec.video = std::filesystem::path(heavy);
 
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

@@ -56,8 +56,8 @@ std::vector<SampleSpec> make_input(int64_t n) {
     std::string caption = "caption";
     for (int64_t w = 0; w < i % 7; ++w) caption += " word" + std::to_string(w);
     s.text = caption;
-    if (i % 4 != 3) s.video = i % 17 == 5 ? std::string(kBrokenVideo) : "clip.mp4";
-    if (i % 3 != 2) s.audio = "track.wav";
+    if (i % 4 != 3) s.video = std::filesystem::path(i % 17 == 5 ? kBrokenVideo : "clip.mp4");
+    if (i % 3 != 2) s.audio = std::filesystem::path("track.wav");
     samples.push_back(std::move(s));
   }
   return samples;
@@ -70,9 +70,9 @@ std::shared_ptr<PreparedSample> fake_prepare(const SampleSpec& spec) {
   s->seq = spec.seq;
   s->order = spec.order;
   s->id = spec.id;
-  if (spec.video && spec.video->filename() == kBrokenVideo) {
+  if (spec.video && spec.video->file.filename() == kBrokenVideo) {
     s->failures.push_back({spec.seq, spec.id, Modality::kVideo, FailureCategory::kDecodeError,
-                           "fake decoder: cannot decode " + spec.video->string()});
+                           "fake decoder: cannot decode " + spec.video->name()});
   } else if (spec.video) {
     VideoFrames& v = s->video.emplace();
     v.num_frames = 1 + spec.seq % 3;
@@ -308,7 +308,7 @@ ReadBack read_back(const GraphRun& run) {
     }
   }
   for (const auto& spec : run.samples) {
-    out.expected_failures += spec.video && spec.video->filename() == kBrokenVideo ? 1 : 0;
+    out.expected_failures += spec.video && spec.video->file.filename() == kBrokenVideo ? 1 : 0;
   }
   return out;
 }
@@ -383,7 +383,7 @@ TEST_P(GraphTest, EverySampleEndsUpExactlyOnce) {
   std::array<std::map<int64_t, int>, kNumModalities> embedded;
   for (Modality m : kAllModalities) embedded[modality_index(m)] = run->embedded_counts(m);
   for (const auto& spec : run->samples) {
-    const bool broken = spec.video && spec.video->filename() == kBrokenVideo;
+    const bool broken = spec.video && spec.video->file.filename() == kBrokenVideo;
     const std::array<bool, kNumModalities> has{spec.video && !broken, spec.audio.has_value(),
                                                true};
     ASSERT_TRUE(stored.samples.count(spec.seq)) << spec.id;  // every sample has its text

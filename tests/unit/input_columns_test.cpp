@@ -130,7 +130,7 @@ TEST(InputColumnsTest, AFolderWithoutCaptionsIsRefusedUnderATextSection) {
   files.lone_captions = 1;
   SampleSpec spec;
   spec.id = "a";
-  spec.video = "/media/a.mp4";
+  spec.video = std::filesystem::path("/media/a.mp4");
   try {
     check_input_columns({spec}, files, config_with(kVideoAndText));
     FAIL() << "not refused";

@@ -39,12 +39,12 @@ TEST(ManifestTest, JsonlResolvesPathsAndKeepsOrder) {
   ASSERT_EQ(s.size(), 3u);
   EXPECT_EQ(s[0].id, "a");
   EXPECT_EQ(s[0].seq, 0);
-  EXPECT_EQ(*s[0].video, "/data/clips/a.mp4");
+  EXPECT_EQ(s[0].video->file, "/data/clips/a.mp4");
   EXPECT_EQ(*s[0].text, "hello");
   EXPECT_FALSE(s[0].audio);
   EXPECT_EQ(s[1].id, "7");
   EXPECT_EQ(s[1].line, 3);
-  EXPECT_EQ(*s[1].audio, "/abs/b.wav");
+  EXPECT_EQ(s[1].audio->file, "/abs/b.wav");
   EXPECT_EQ(s[2].seq, 2);
   ASSERT_TRUE(s[2].text.has_value());  // empty text is kept: it becomes a failure record
   EXPECT_EQ(*s[2].text, "");
@@ -392,7 +392,7 @@ TEST(ManifestTest, CsvHandlesQuotesDelimitersAndNewlines) {
       ManifestFormat::kCsv);
   ASSERT_EQ(s.size(), 3u);
   EXPECT_EQ(*s[0].text, "a caption, with a comma");
-  EXPECT_EQ(*s[0].video, "/data/a.mp4");
+  EXPECT_EQ(s[0].video->file, "/data/a.mp4");
   EXPECT_FALSE(s[1].video);
   EXPECT_EQ(*s[1].text, "two\nlines with \"quotes\"");
   EXPECT_EQ(s[2].line, 5);  // the quoted newline spans a physical line
@@ -674,7 +674,7 @@ TEST(ManifestTest, ReadManifestFromFile) {
   std::ofstream(dir / "m.jsonl") << "{\"id\": \"a\", \"video\": \"v/a.mp4\"}\n";
   const auto s = read_manifest(dir / "m.jsonl");
   ASSERT_EQ(s.size(), 1u);
-  EXPECT_EQ(*s[0].video, dir / "v/a.mp4");
+  EXPECT_EQ(s[0].video->file, dir / "v/a.mp4");
   EXPECT_THROW(read_manifest(dir / "none.jsonl"), InputError);
 }
 
