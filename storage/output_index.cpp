@@ -93,6 +93,19 @@ std::vector<std::string> kept_columns_of_config(const std::string& config_json) 
   return names;
 }
 
+int64_t max_text_bytes_of_config(const std::string& config_json, int64_t fallback) {
+  const Json config = Json::parse(config_json.empty() ? "{}" : config_json, nullptr,
+                                  /*allow_exceptions=*/false);
+  if (!config.is_object() || !config.contains("text") || !config.at("text").is_object()) {
+    return fallback;
+  }
+  const Json& text = config.at("text");
+  if (!text.contains("max_text_bytes") || !text.at("max_text_bytes").is_number_integer()) {
+    return fallback;
+  }
+  return text.at("max_text_bytes").get<int64_t>();
+}
+
 namespace {
 
 Json index_to_json(const OutputIndex& index) {

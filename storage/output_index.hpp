@@ -88,6 +88,9 @@ std::string index_sha256(const OutputIndex& index);
 // output.keep_columns of a recorded config (full_config_json(), as index.json and every shard
 // keep it); empty when it names none or cannot be parsed.
 std::vector<std::string> kept_columns_of_config(const std::string& config_json);
+// text.max_text_bytes of a recorded config, which bounds what is read of a tar's caption
+// member; `fallback` (the key's default) when it is not there.
+int64_t max_text_bytes_of_config(const std::string& config_json, int64_t fallback);
 // Reads DIR/index.json; std::nullopt when there is none. Throws StorageError when it is damaged
 // (not JSON, a field missing or of the wrong type, ranges out of order, a shard file name that
 // is not one (a path, ".."), checksum mismatch).

@@ -154,6 +154,7 @@ run_fuzzer() {
 }
 run_fuzzer manifest_fuzzer "${PRECOMPUTE_FUZZ_MANIFEST_S:-30}" "$fuzz/seeds/manifest"
 run_fuzzer media_fuzzer "${PRECOMPUTE_FUZZ_MEDIA_S:-60}" "$fuzz/seeds/media"
+run_fuzzer tar_fuzzer "${PRECOMPUTE_FUZZ_TAR_S:-30}" "$fuzz/seeds/tar"
 
 failed=0
 for i in "${!pids[@]}"; do

@@ -93,6 +93,11 @@ const AudioSection& default_audio_section() {
   return section;
 }
 
+const TextSection& default_text_section() {
+  static const TextSection section;
+  return section;
+}
+
 const RunSection& default_run_section() {
   static const RunSection section;
   return section;

@@ -291,11 +291,14 @@ struct TextSection : EncoderSection {
 #define PRECOMPUTE_INPUT_KEYS(KEY, MEMBER, ROW)                                                 \
   KEY(std::filesystem::path, manifest, {}, "JSONL, CSV or TSV; or ...",                         \
       Spec().no_default().in_record()                                                           \
-          .flag("-i,--input", "Manifest (.jsonl/.csv/.tsv) or media folder")                    \
+          .flag("-i,--input", "Manifest (.jsonl/.csv/.tsv), media folder, or tar shards")                    \
           .applies(apply_input_flag))                                                           \
   KEY(std::filesystem::path, folder, {},                                                        \
       "... a folder of media files with optional .txt captions",                                \
-      Spec().no_default().in_record())
+      Spec().no_default().in_record())                                                          \
+  KEY(std::filesystem::path, tars, {},                                                          \
+      "... WebDataset tar shards: a .tar, a folder of .tar files or 'shards/{000000..000099}.tar'",\
+      Spec().no_default().in_record().omitted_when_empty())
 
 struct InputSection {
   PRECOMPUTE_INPUT_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)
@@ -430,6 +433,7 @@ struct Config {
 // options take theirs from here rather than declaring them again).
 const VideoSection& default_video_section();
 const AudioSection& default_audio_section();
+const TextSection& default_text_section();
 const RunSection& default_run_section();
 
 // A flag of `precompute run` that sets config keys (the table in config_fields.cpp says which).

@@ -9,6 +9,7 @@
 
 #include "pipeline/core/config_yaml.hpp"
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/media_names.hpp"
 
 namespace precompute {
 namespace {
@@ -430,11 +431,14 @@ void apply_max_failures_flag(Config& c, const FlagValue& v) {
   parse_max_failures(std::get<std::string>(v), c.run);
 }
 
-// --input names a manifest file or a media folder, whichever the path is.
+// --input names a manifest file, a media folder or tar shards, whichever the path is
+// (names_tar_shards: a brace range, a .tar, a folder of tars and no media).
 void apply_input_flag(Config& c, const FlagValue& v) {
   const auto p = absolute_from_cwd(std::get<std::string>(v));
   c.input = {};
-  if (std::filesystem::is_directory(p)) {
+  if (names_tar_shards(p)) {
+    c.input.tars = p;
+  } else if (std::filesystem::is_directory(p)) {
     c.input.folder = p;
   } else {
     c.input.manifest = p;

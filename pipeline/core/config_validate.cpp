@@ -64,6 +64,9 @@ void validate_keep_columns(const Config& c) {
   if (names.empty()) return;
   PC_CHECK(c.input.folder.empty(), ConfigError, "config key 'output.keep_columns' needs a "
            "manifest: a folder input (input.folder or --input FOLDER) has no columns to keep");
+  PC_CHECK(c.input.tars.empty(), ConfigError, "config key 'output.keep_columns' needs a "
+           "manifest: tar input (input.tars) does not read the members' .json columns; write a "
+           "manifest, or leave output.keep_columns out");
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     const std::string at = "output.keep_columns[" + std::to_string(i) + "]";
@@ -86,11 +89,11 @@ void validate_keep_columns(const Config& c) {
 }  // namespace
 
 void validate(const Config& c) {
-  const bool has_manifest = !c.input.manifest.empty();
-  const bool has_folder = !c.input.folder.empty();
-  PC_CHECK(has_manifest != has_folder, ConfigError, where(c),
-           ": give exactly one input, 'input.manifest' (JSONL/CSV/TSV) or 'input.folder', "
-           "or pass --input");
+  const int inputs = int{!c.input.manifest.empty()} + int{!c.input.folder.empty()} +
+                     int{!c.input.tars.empty()};
+  PC_CHECK(inputs == 1, ConfigError, where(c),
+           ": give exactly one input, 'input.manifest' (JSONL/CSV/TSV), 'input.folder' or "
+           "'input.tars' (WebDataset shards), or pass --input");
   PC_CHECK(!c.output.path.empty(), ConfigError, where(c),
            ": no output folder; set 'output.path' or pass --output");
   check_section(c, "input");

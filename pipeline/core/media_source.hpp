@@ -16,12 +16,20 @@ struct MediaSource {
   std::string member;          // the member's name in the tar; empty for a whole file
   int64_t offset = 0;          // a member's first byte in the tar
   int64_t size = 0;            // a member's length in bytes
+  // Non-empty: why the member is not read (a link, a device, an unsafe name), which opening
+  // it reports as the sample's failure.
+  std::string refusal;
 
   MediaSource() = default;
   // A whole file: every place that held a path still reads as one.
   MediaSource(std::filesystem::path path) : file(std::move(path)) {}  // NOLINT: implicit
-  MediaSource(std::filesystem::path tar, std::string member_name, int64_t first, int64_t bytes)
-      : file(std::move(tar)), member(std::move(member_name)), offset(first), size(bytes) {}
+  MediaSource(std::filesystem::path tar, std::string member_name, int64_t first, int64_t bytes,
+              std::string why_not_read = {})
+      : file(std::move(tar)),
+        member(std::move(member_name)),
+        offset(first),
+        size(bytes),
+        refusal(std::move(why_not_read)) {}
 
   bool is_member() const { return !member.empty(); }
 
@@ -29,7 +37,8 @@ struct MediaSource {
   std::string name() const { return is_member() ? file.string() + ":" + member : file.string(); }
 
   friend bool operator==(const MediaSource& a, const MediaSource& b) {
-    return a.file == b.file && a.member == b.member && a.offset == b.offset && a.size == b.size;
+    return a.file == b.file && a.member == b.member && a.offset == b.offset &&
+           a.size == b.size && a.refusal == b.refusal;
   }
 };
 

@@ -27,7 +27,10 @@
 #include <utility>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/media_names.hpp"
 #include "pipeline/input/printable_text.hpp"
+#include "pipeline/input/tar_index.hpp"
+#include "pipeline/input/tar_shards.hpp"
 
 namespace precompute {
 namespace {
@@ -905,34 +908,6 @@ std::vector<SampleSpec> parse_delimited(std::istream& in, char delim,
   return samples.take();
 }
 
-enum class MediaKind { kVideo, kAudio, kCaption, kOther };
-
-const std::map<std::string, MediaKind>& media_kinds() {
-  static const std::map<std::string, MediaKind> kKinds = {
-      {".mp4", MediaKind::kVideo},  {".m4v", MediaKind::kVideo},  {".mkv", MediaKind::kVideo},
-      {".webm", MediaKind::kVideo}, {".avi", MediaKind::kVideo},  {".mov", MediaKind::kVideo},
-      {".mpg", MediaKind::kVideo},  {".mpeg", MediaKind::kVideo}, {".ts", MediaKind::kVideo},
-      {".flv", MediaKind::kVideo},  {".3gp", MediaKind::kVideo},  {".ogv", MediaKind::kVideo},
-      {".wav", MediaKind::kAudio},  {".mp3", MediaKind::kAudio},  {".flac", MediaKind::kAudio},
-      {".m4a", MediaKind::kAudio},  {".aac", MediaKind::kAudio},  {".ogg", MediaKind::kAudio},
-      {".opus", MediaKind::kAudio}, {".txt", MediaKind::kCaption},
-  };
-  return kKinds;
-}
-
-MediaKind media_kind(const std::filesystem::path& file) {
-  const auto it = media_kinds().find(lower(file.extension().string()));
-  return it == media_kinds().end() ? MediaKind::kOther : it->second;
-}
-
-std::string extensions_of(MediaKind kind) {
-  std::string list;
-  for (const auto& [extension, k] : media_kinds()) {
-    if (k == kind) list += (list.empty() ? "" : " ") + extension;
-  }
-  return list;
-}
-
 // Every regular file under `folder`, following links to folders. A folder reached a second
 // time (same device and inode: a symlink loop, or a second link to it) is not entered again,
 // and an entry that cannot be stat'ed (a dangling or self-referencing link) is skipped: each
@@ -1096,10 +1071,131 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder, InputCo
   return samples.take();
 }
 
-std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
-                                   const std::filesystem::path& folder,
+namespace {
+
+// A caption member's text, at most `max_bytes` + 1 bytes of it: enough for the text stage to
+// record a longer one as too_large without holding all of a hostile member in memory.
+std::string read_member_caption(const std::filesystem::path& tar, const TarMember& member,
+                                int64_t max_bytes) {
+  const int64_t size = std::min(member.size, max_bytes < INT64_MAX ? max_bytes + 1 : max_bytes);
+  std::string caption(static_cast<size_t>(size), '\0');
+  std::ifstream in(tar, std::ios::binary);
+  in.seekg(member.offset);
+  in.read(caption.data(), size);
+  PC_CHECK(in.good() || (size == 0 && !in.bad()), InputError, "cannot read caption member '",
+           printable(member.name), "' of tar ", tar, ": the tar changed while it was read?");
+  while (!caption.empty() && (caption.back() == '\n' || caption.back() == '\r')) {
+    caption.pop_back();
+  }
+  return caption;
+}
+
+}  // namespace
+
+std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars,
+                                  InputColumns* columns, int64_t max_caption_bytes) {
+  PC_ASSERT(!tars.empty(), "no tar to read");
+  const std::string name = tars.size() == 1
+                               ? "tar " + tars.front().string()
+                               : fmt::format("{} tar shards ({} ... {})", tars.size(),
+                                             tars.front().string(), tars.back().string());
+  InputColumns found;
+  found.layout = InputLayout::kFolder;
+  found.name = name;
+  SampleCollector samples(name, /*by_line=*/false);
+  // Which tar each id came from, so that a key in two shards names both.
+  std::unordered_map<std::string, size_t> tar_of_id;
+  int64_t sample_no = 0;
+  int64_t refused_captions = 0;
+  std::string first_refused_caption;
+  for (size_t t = 0; t < tars.size(); ++t) {
+    const std::filesystem::path& tar = tars[t];
+    const TarIndex index = index_tar(tar);
+    struct Entry {
+      std::string key;
+      const TarMember* video = nullptr;
+      const TarMember* audio = nullptr;
+      const TarMember* caption = nullptr;
+    };
+    std::vector<Entry> entries;  // in the order keys first appear in the tar
+    std::unordered_map<std::string, size_t> entry_of_key;
+    for (const TarMember& member : index.members) {
+      const auto kind = media_kind(std::filesystem::path(member.name));
+      if (kind == MediaKind::kOther) continue;
+      if (kind == MediaKind::kCaption && !member.refusal.empty()) {
+        if (refused_captions++ == 0) first_refused_caption = member.name + ": " + member.refusal;
+        continue;
+      }
+      MemberKey split = member_key(member.name);
+      const auto [it, added] = entry_of_key.try_emplace(split.key, entries.size());
+      if (added) entries.push_back(Entry{split.key});
+      Entry& entry = entries[it->second];
+      const TarMember*& slot = kind == MediaKind::kVideo   ? entry.video
+                               : kind == MediaKind::kAudio ? entry.audio
+                                                           : entry.caption;
+      PC_CHECK(slot == nullptr, InputError, "tar ", tar, ": members '", printable(slot->name),
+               "' and '", printable(member.name), "' both give sample '", printable(split.key),
+               "' the same kind of input; a WebDataset sample has one member of each kind");
+      slot = &member;
+      ++(kind == MediaKind::kVideo   ? found.video_files
+         : kind == MediaKind::kAudio ? found.audio_files
+                                     : found.caption_files);
+    }
+    for (const Entry& entry : entries) {
+      if (entry.video == nullptr && entry.audio == nullptr) {
+        ++found.lone_captions;
+        continue;
+      }
+      const TarMember& first = entry.video != nullptr ? *entry.video : *entry.audio;
+      PC_CHECK(is_valid_utf8(entry.key) && entry.key.find('\0') == std::string::npos,
+               InputError, "tar ", tar, ": the member name '", printable(first.name),
+               "' is not valid UTF-8 (the bad bytes are shown as \\xHH), but sample ids are "
+               "made from member names and must be UTF-8 text; make the tar with UTF-8 names");
+      const auto [earlier, unique] = tar_of_id.try_emplace(entry.key, t);
+      PC_CHECK(unique, InputError, "sample key '", printable(entry.key), "' is in tar ",
+               tars[earlier->second], " and in tar ", tar,
+               (earlier->second == t ? " twice" : ""),
+               "; sample ids must be unique across the shards: remove or rename one");
+      SampleSpec spec;
+      spec.line = ++sample_no;
+      spec.id = entry.key;
+      const auto source = [&](const TarMember& m) {
+        return MediaSource(tar, m.name, m.offset, m.size, m.refusal);
+      };
+      if (entry.video != nullptr) spec.video = source(*entry.video);
+      if (entry.audio != nullptr) spec.audio = source(*entry.audio);
+      if (entry.caption != nullptr) {
+        spec.text = read_member_caption(tar, *entry.caption, max_caption_bytes);
+      }
+      samples.add(std::move(spec));
+    }
+  }
+  if (found.lone_captions > 0) {
+    spdlog::warn("{}: {} .txt member(s) have no video or audio member of the same key and were "
+                 "ignored", name, found.lone_captions);
+  }
+  if (refused_captions > 0) {
+    spdlog::warn("{}: {} caption member(s) are not regular files and were not read (first: "
+                 "{}); their samples have no text", name, refused_captions,
+                 printable(first_refused_caption));
+  }
+  if (columns != nullptr) *columns = std::move(found);
+  return samples.take();
+}
+
+std::vector<SampleSpec> read_input(const InputSection& input,
                                    const std::vector<std::string>& keep_columns,
-                                   InputColumns* columns) {
+                                   InputColumns* columns, int64_t max_caption_bytes) {
+  if (!input.tars.empty()) {
+    PC_ASSERT(keep_columns.empty(), "kept columns of a tar input (validate() refuses them)");
+    auto samples = read_tars(expand_tar_shards(input.tars), columns, max_caption_bytes);
+    PC_CHECK(!samples.empty(), InputError, "tar input ", input.tars,
+             " holds no video or audio member, so there is nothing to embed; check "
+             "input.tars / --input (members: KEY.mp4, KEY.txt, ..., as WebDataset writes them)");
+    return samples;
+  }
+  const std::filesystem::path& manifest = input.manifest;
+  const std::filesystem::path& folder = input.folder;
   if (manifest.empty()) {
     PC_ASSERT(keep_columns.empty(), "kept columns of a folder input (validate() refuses them)");
     auto samples = scan_folder(folder, columns);

@@ -6,11 +6,13 @@
 // fix. Ids that differ only in Unicode
 // normalization (NFC vs NFD) are kept, with a warning naming the first such pair.
 
+#include <cstdint>
 #include <filesystem>
 #include <istream>
 #include <string>
 #include <vector>
 
+#include "pipeline/core/config.hpp"
 #include "pipeline/core/sample.hpp"
 #include "pipeline/input/input_columns.hpp"
 
@@ -49,12 +51,26 @@ std::vector<SampleSpec> parse_manifest(std::istream& in, ManifestFormat format,
 std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder,
                                     InputColumns* columns = nullptr);
 
-// Either of the above, as the config's input section says; an input with no sample at all is
+// Tar mode: the samples of WebDataset tar shards, read in place (Note [Tar members read in
+// place] in tar_index.cpp). Members are grouped by key (the member path up to the first dot of
+// its name); a video member feeds video (and audio from its track unless the key has an audio
+// member), a .txt member the caption (read here, at most max_caption_bytes + 1 bytes of it).
+// Samples come in tar order, then in the order their keys first appear; the id is the key. A
+// member that is not a regular file or has an unsafe name stays in its sample, whose decoding
+// then records why (MediaSource::refusal). Throws InputError for a damaged tar (index_tar), a
+// key with two members of one kind, a key that is not UTF-8, or a key in two places (naming both
+// tars).
+std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars,
+                                  InputColumns* columns = nullptr,
+                                  int64_t max_caption_bytes = INT64_MAX);
+
+// One of the above, as the config's input section says; an input with no sample at all is
 // refused (InputError), so that every caller stops before any work. `columns`, when given, gets
-// what the input has (check_input_columns() judges a config by it).
-std::vector<SampleSpec> read_input(const std::filesystem::path& manifest,
-                                   const std::filesystem::path& folder,
+// what the input has (check_input_columns() judges a config by it). `max_caption_bytes`
+// (text.max_text_bytes) bounds what is read of a tar's caption member.
+std::vector<SampleSpec> read_input(const InputSection& input,
                                    const std::vector<std::string>& keep_columns = {},
-                                   InputColumns* columns = nullptr);
+                                   InputColumns* columns = nullptr,
+                                   int64_t max_caption_bytes = INT64_MAX);
 
 }  // namespace precompute

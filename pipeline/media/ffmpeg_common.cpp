@@ -342,6 +342,8 @@ std::string error_text(int errnum) {
 InputFile open_input(const MediaSource& media, const InputLimits& limits,
                      const Deadline& deadline) {
   configure_ffmpeg_once();
+  PC_MEDIA_CHECK(media.refusal.empty(), FailureCategory::kUnreadable, media.name(), ": ",
+                 media.refusal);
   const std::filesystem::path& file = media.file;
   // A member's cap is its own size; the tar it is in may be as large as it likes.
   const InputLimits file_limits{media.is_member() ? 0 : limits.max_file_bytes, limits.max_pixels};

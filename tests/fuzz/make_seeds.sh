@@ -3,11 +3,12 @@
 #   OUT/manifest/  a few valid and nearly valid manifest lines in JSONL, CSV and TSV
 #   OUT/media/     tiny clips (a few KB) from FFmpeg's lavfi sources, one per container and codec
 #                  family the decoders accept, so that mutations start from every demuxer
+#   OUT/tar/       small tar shards in GNU, PAX and ustar formats: long names, a link, a folder
 # plus the inputs that once found bugs, so that every run checks them first.
 # Usage: tests/fuzz/make_seeds.sh OUT
 set -euo pipefail
 out=${1:?usage: make_seeds.sh OUT}
-mkdir -p "$out/manifest" "$out/media"
+mkdir -p "$out/manifest" "$out/media" "$out/tar"
 
 m="$out/manifest"
 printf '%s\n' '{"id": "a", "video": "v/a.mp4", "text": "A dog catches a frisbee."}' \
@@ -53,3 +54,19 @@ ff -f lavfi -i "anullsrc=channel_layout=stereo:sample_rate=8000:duration=0.2" -c
 # libswresample take 30 s and 1.3 GB to set up.
 cp s16.wav huge_rate.wav
 printf '\x20' | dd of=huge_rate.wav bs=1 seek=27 conv=notrunc status=none
+
+# Tar shards: the three header formats, a name over 100 bytes (GNU 'L' and PAX 'x' records, a
+# ustar prefix), a symbolic link and a folder member.
+t=$(mktemp -d)
+mkdir -p "$t/d/$(printf 'n%.0s' $(seq 1 60))/$(printf 'm%.0s' $(seq 1 50))"
+long="d/$(printf 'n%.0s' $(seq 1 60))/$(printf 'm%.0s' $(seq 1 50))/k.mp4"
+printf 'caption one\n' > "$t/a.txt"
+printf 'not a video' > "$t/a.mp4"
+printf '{"i": 1}' > "$t/a.json"
+printf 'x' > "$t/$long"
+ln -s a.mp4 "$t/b.mp4"
+for format in gnu pax ustar; do
+  tar -C "$t" --format=$format -cf "$out/tar/$format.tar" a.txt a.mp4 a.json b.mp4 d
+done
+rm -rf "$t"
+

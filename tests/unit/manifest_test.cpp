@@ -579,7 +579,7 @@ TEST(ManifestTest, ReadInputRefusesAnEmptyInput) {
   const auto error_for = [&](const std::filesystem::path& manifest,
                              const std::filesystem::path& folder) {
     try {
-      read_input(manifest, folder);
+      read_input(InputSection{manifest, folder, {}});
     } catch (const InputError& e) {
       return std::string(e.what());
     }

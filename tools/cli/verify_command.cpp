@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/media_names.hpp"
 #include "pipeline/input/manifest.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/core/sha256.hpp"
@@ -356,11 +357,20 @@ class Verifier {
 
   void check_input(const OutputIndex& index) {
     const std::filesystem::path input = o_.input;
-    const bool folder = std::filesystem::is_directory(input);
-    // With the run's kept columns: their values are part of each shard's input_sha256.
-    const auto samples = read_input(folder ? std::filesystem::path() : input,
-                                    folder ? input : std::filesystem::path(),
-                                    folder ? std::vector<std::string>() : index.meta.kept_columns);
+    InputSection section;
+    if (names_tar_shards(input)) {
+      section.tars = input;
+    } else if (std::filesystem::is_directory(input)) {
+      section.folder = input;
+    } else {
+      section.manifest = input;
+    }
+    // With the run's kept columns: their values are part of each shard's input_sha256; and its
+    // caption cap, which bounds the tar captions that are part of it too.
+    const auto samples = read_input(
+        section, section.manifest.empty() ? std::vector<std::string>() : index.meta.kept_columns,
+        nullptr,
+        max_text_bytes_of_config(index.meta.config_json, default_text_section().max_text_bytes));
     input_samples_ = static_cast<int64_t>(samples.size());
     // Positions inside a shard reported damaged above: their ids are not missing, they are in
     // that shard, which the fix given for it redoes.

@@ -1,0 +1,20 @@
+#pragma once
+// Which tar shards input.tars names (a tar, a folder of tars or a brace range); --input decides
+// that it names tars by names_tar_shards() in pipeline/core/media_names.hpp.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace precompute {
+
+// The tars `pattern` names, in order: each name of a brace range "shards/{000000..000099}.tar"
+// (WebDataset's notation: the numbers keep the width of the first, and a pattern may hold
+// several ranges), the .tar files directly in a folder (sorted by name), or one .tar file.
+// Throws InputError for a range whose ends are not numbers or run backwards, a range of more
+// than 1,000,000 names, a compressed shard (.tar.gz, .tgz, .tar.zst: no random access, so the
+// message gives the command that converts it), a name that is not a tar, a tar or folder that
+// does not exist, or a folder with no .tar file.
+std::vector<std::filesystem::path> expand_tar_shards(const std::filesystem::path& pattern);
+
+}  // namespace precompute

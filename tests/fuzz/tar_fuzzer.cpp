@@ -1,0 +1,61 @@
+// libFuzzer target for the tar index (pipeline/input/tar_index.hpp): each input is written to a
+// file and indexed as a tar shard. InputError is how a damaged tar must end. A sanitizer report,
+// any other exception, or an index that breaks what tar_index.hpp promises (a member outside
+// the file, an offset off the 512-byte grid, a name with a NUL read as regular) is a bug, and
+// aborts so that libFuzzer saves the input.
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "pipeline/core/error.hpp"
+#include "pipeline/input/tar_index.hpp"
+
+namespace {
+
+void require(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "tar_fuzzer: broken contract: %s\n", what);
+  std::abort();
+}
+
+const std::filesystem::path& scratch() {
+  static const std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("precompute-tar-fuzzer-" + std::to_string(::getpid()) + ".tar");
+  return path;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  {
+    std::ofstream out(scratch(), std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  }
+  try {
+    const precompute::TarIndex index = precompute::index_tar(scratch());
+    require(index.tar_bytes == static_cast<int64_t>(size), "the tar's size is the file's");
+    for (const auto& member : index.members) {
+      require(member.offset >= 512 && member.offset % 512 == 0, "data starts after a header");
+      require(member.size >= 0 && member.offset <= index.tar_bytes - member.size,
+              "a member lies within the file");
+      if (member.refusal.empty()) {
+        require(member.name.find('\0') == std::string::npos, "a read member's name has no NUL");
+        require(member.name.empty() || member.name.front() != '/', "read names are relative");
+      }
+      const precompute::MemberKey key = precompute::member_key(member.name);
+      require(key.key.size() + (key.suffix.empty() ? 0 : key.suffix.size() + 1) ==
+                  member.name.size(),
+              "key and suffix make the name");
+    }
+  } catch (const precompute::InputError&) {
+  }
+  return 0;
+}
