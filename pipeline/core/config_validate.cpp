@@ -91,6 +91,8 @@ void validate_keep_columns(const Config& c) {
 void validate(const Config& c) {
   const int inputs = int{!c.input.manifest.empty()} + int{!c.input.folder.empty()} +
                      int{!c.input.tars.empty()};
+  PC_CHECK(c.input.tars.native().find('\0') == std::string::npos, ConfigError, where(c),
+           ": input.tars contains a NUL character, which no file name can hold; fix the path");
   PC_CHECK(inputs == 1, ConfigError, where(c),
            ": give exactly one input, 'input.manifest' (JSONL/CSV/TSV), 'input.folder' or "
            "'input.tars' (WebDataset shards), or pass --input");

@@ -1,6 +1,7 @@
 #include "pipeline/input/manifest.hpp"
 
 #include <spdlog/spdlog.h>
+#include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 #include <sys/stat.h>
@@ -1108,9 +1109,28 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
   int64_t sample_no = 0;
   int64_t refused_captions = 0;
   std::string first_refused_caption;
+  // Tars are indexed a window at a time, in parallel: on a network file system each header is a
+  // round trip, and shards are independent. A damaged tar is reported as if they were read in
+  // order (the first in shard order), so the message does not depend on timing.
+  constexpr size_t kWindow = 64;
+  std::vector<TarIndex> window;
+  std::vector<std::exception_ptr> errors;
   for (size_t t = 0; t < tars.size(); ++t) {
     const std::filesystem::path& tar = tars[t];
-    const TarIndex index = index_tar(tar);
+    if (t % kWindow == 0) {
+      const size_t count = std::min(kWindow, tars.size() - t);
+      window.assign(count, TarIndex{});
+      errors.assign(count, nullptr);
+      tbb::parallel_for(size_t{0}, count, [&](size_t k) {
+        try {
+          window[k] = index_tar(tars[t + k]);
+        } catch (...) {
+          errors[k] = std::current_exception();
+        }
+      });
+    }
+    if (errors[t % kWindow]) std::rethrow_exception(errors[t % kWindow]);
+    const TarIndex& index = window[t % kWindow];
     struct Entry {
       std::string key;
       const TarMember* video = nullptr;

@@ -223,8 +223,8 @@ class TarReader {
 
 TarIndex TarReader::read() {
   fd_ = ::open(tar_.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  PC_CHECK(fd_ >= 0, InputError, "cannot open tar ", tar_, ": ", std::strerror(errno),
-           "; check the path in input.tars or --input");
+  PC_CHECK(fd_ >= 0, InputError, "cannot open tar '", printable(tar_.string()), "': ",
+           std::strerror(errno), "; check the path in input.tars or --input");
   struct stat info {};
   PC_CHECK(::fstat(fd_, &info) == 0, InputError, "cannot stat tar ", tar_, ": ",
            std::strerror(errno));

@@ -102,6 +102,10 @@ std::vector<std::filesystem::path> expand_tar_shards(const std::filesystem::path
   expand(text, text, names);
   for (const auto& name : names) {
     refuse_compressed(name);
+    PC_CHECK(is_tar_name(name) || names.size() > 1 || std::filesystem::exists(name, error),
+             InputError, "tar input '", printable(name),
+             "' does not exist; give a .tar, a folder of .tar files or a range such as "
+             "'shards/{000000..000099}.tar'");
     PC_CHECK(is_tar_name(name), InputError, "tar shard '", printable(name),
              "' does not end in .tar; tar input reads uncompressed .tar shards");
     tars.emplace_back(name);
