@@ -317,7 +317,7 @@ struct InputSection {
       Spec().range(count(1, 1 << 20)).in_record())                                              \
   /* Left out of both JSON forms while empty, so that every fingerprint made before the key */  \
   /* existed stays as it was (Note [Kept columns] in pipeline/input/manifest.cpp). */           \
-  KEY(NameList, keep_columns, {}, "manifest columns stored per sample as strings (/columns)",   \
+  KEY(NameList, keep_columns, {}, "manifest (or tar .json) columns stored per sample (/columns)",\
       Spec().in_fingerprint().omitted_when_empty().null_unsets()                                \
           .flag("--keep-columns", "Manifest columns stored per sample as strings, comma-"       \
                                   "separated: label,split"))                                    \

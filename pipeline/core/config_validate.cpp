@@ -64,9 +64,6 @@ void validate_keep_columns(const Config& c) {
   if (names.empty()) return;
   PC_CHECK(c.input.folder.empty(), ConfigError, "config key 'output.keep_columns' needs a "
            "manifest: a folder input (input.folder or --input FOLDER) has no columns to keep");
-  PC_CHECK(c.input.tars.empty(), ConfigError, "config key 'output.keep_columns' needs a "
-           "manifest: tar input (input.tars) does not read the members' .json columns; write a "
-           "manifest, or leave output.keep_columns out");
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     const std::string at = "output.keep_columns[" + std::to_string(i) + "]";

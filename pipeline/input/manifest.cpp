@@ -1074,26 +1074,78 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder, InputCo
 
 namespace {
 
+// The first `size` bytes of a member.
+std::string read_member(const std::filesystem::path& tar, const TarMember& member, int64_t size) {
+  std::string bytes(static_cast<size_t>(std::min(size, member.size)), '\0');
+  std::ifstream in(tar, std::ios::binary);
+  in.seekg(member.offset);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  PC_CHECK(in.good() || (bytes.empty() && !in.bad()), InputError, "cannot read member '",
+           printable(member.name), "' of tar ", tar, ": the tar changed while it was read");
+  return bytes;
+}
+
 // A caption member's text, at most `max_bytes` + 1 bytes of it: enough for the text stage to
 // record a longer one as too_large without holding all of a hostile member in memory.
 std::string read_member_caption(const std::filesystem::path& tar, const TarMember& member,
                                 int64_t max_bytes) {
-  const int64_t size = std::min(member.size, max_bytes < INT64_MAX ? max_bytes + 1 : max_bytes);
-  std::string caption(static_cast<size_t>(size), '\0');
-  std::ifstream in(tar, std::ios::binary);
-  in.seekg(member.offset);
-  in.read(caption.data(), size);
-  PC_CHECK(in.good() || (size == 0 && !in.bad()), InputError, "cannot read caption member '",
-           printable(member.name), "' of tar ", tar, ": the tar changed while it was read?");
+  std::string caption =
+      read_member(tar, member, max_bytes < INT64_MAX ? max_bytes + 1 : max_bytes);
   while (!caption.empty() && (caption.back() == '\n' || caption.back() == '\r')) {
     caption.pop_back();
   }
   return caption;
 }
 
+// The kept columns' values from a sample's .json member (Note [Kept columns]): its top-level
+// fields, a string as its text, null or absent as "", any other value as the member writes it.
+// The member is checked as a JSONL line is: one object, no key written twice, no raw NUL.
+std::vector<std::string> member_columns(const std::filesystem::path& tar, const TarMember& member,
+                                        const std::vector<std::string>& keep_columns,
+                                        std::vector<char>& seen) {
+  constexpr int64_t kMaxJsonMemberBytes = 16 << 20;
+  const std::string where = "tar " + printable(tar.string()) + " member '" +
+                            printable(member.name) + "'";
+  PC_CHECK(member.refusal.empty(), InputError, where, ": ", member.refusal,
+           "; its columns cannot be read (output.keep_columns)");
+  PC_CHECK(member.size <= kMaxJsonMemberBytes, InputError, where, ": ", member.size,
+           " bytes of JSON, over the ", kMaxJsonMemberBytes,
+           " bytes a sample's fields may take; keep large data out of the .json member");
+  const std::string text = read_member(tar, member, member.size);
+  PC_CHECK(text.find('\0') == std::string::npos, InputError, where,
+           ": a NUL byte, which JSON text cannot hold; make the member valid JSON");
+  nlohmann::json obj;
+  try {
+    obj = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    PC_THROW(InputError, where, ": not a JSON object (", e.what(),
+             "); output.keep_columns reads the sample's fields from it");
+  }
+  PC_CHECK(obj.is_object(), InputError, where,
+           ": not a JSON object; output.keep_columns reads the sample's fields from it");
+  std::vector<JsonMember> members;
+  top_level_members(text, members);
+  check_keys_unique(members, obj.size(), where, 1);
+  std::vector<std::string> values;
+  values.reserve(keep_columns.size());
+  for (size_t k = 0; k < keep_columns.size(); ++k) {
+    const auto it = obj.find(keep_columns[k]);
+    if (it == obj.end() || it->is_null()) {
+      values.emplace_back();
+      seen[k] = seen[k] || it != obj.end();
+      continue;
+    }
+    seen[k] = 1;
+    values.push_back(it->is_string() ? it->get<std::string>()
+                                     : std::string(written_value(members, keep_columns[k])));
+  }
+  return values;
+}
+
 }  // namespace
 
 std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars,
+                                  const std::vector<std::string>& keep_columns,
                                   InputColumns* columns, int64_t max_caption_bytes) {
   PC_ASSERT(!tars.empty(), "no tar to read");
   const std::string name = tars.size() == 1
@@ -1104,6 +1156,8 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
   found.layout = InputLayout::kFolder;
   found.name = name;
   SampleCollector samples(name, /*by_line=*/false);
+  samples.keep(keep_columns);
+  std::vector<char> seen(keep_columns.size(), 0);  // kept columns some .json member has
   // Which tar each id came from, so that a key in two shards names both.
   std::unordered_map<std::string, size_t> tar_of_id;
   int64_t sample_no = 0;
@@ -1136,12 +1190,26 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
       const TarMember* video = nullptr;
       const TarMember* audio = nullptr;
       const TarMember* caption = nullptr;
+      const TarMember* json = nullptr;
     };
     std::vector<Entry> entries;  // in the order keys first appear in the tar
     std::unordered_map<std::string, size_t> entry_of_key;
     for (const TarMember& member : index.members) {
       const auto kind = media_kind(std::filesystem::path(member.name));
-      if (kind == MediaKind::kOther) continue;
+      if (kind == MediaKind::kOther) {
+        // A sample's fields, read only for output.keep_columns.
+        const std::string extension = std::filesystem::path(member.name).extension().string();
+        if (keep_columns.empty() || lower(extension) != ".json") continue;
+        MemberKey split = member_key(member.name);
+        const auto [it, added] = entry_of_key.try_emplace(split.key, entries.size());
+        if (added) entries.push_back(Entry{split.key});
+        Entry& entry = entries[it->second];
+        PC_CHECK(entry.json == nullptr, InputError, "tar ", tar, ": members '",
+                 printable(entry.json->name), "' and '", printable(member.name),
+                 "' both give sample '", printable(split.key), "' its fields (.json)");
+        entry.json = &member;
+        continue;
+      }
       if (kind == MediaKind::kCaption && !member.refusal.empty()) {
         if (refused_captions++ == 0) first_refused_caption = member.name + ": " + member.refusal;
         continue;
@@ -1187,6 +1255,11 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
       if (entry.caption != nullptr) {
         spec.text = read_member_caption(tar, *entry.caption, max_caption_bytes);
       }
+      if (!keep_columns.empty()) {
+        spec.columns = entry.json != nullptr
+                           ? member_columns(tar, *entry.json, keep_columns, seen)
+                           : std::vector<std::string>(keep_columns.size());
+      }
       samples.add(std::move(spec));
     }
   }
@@ -1199,6 +1272,12 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
                  "{}); their samples have no text", name, refused_captions,
                  printable(first_refused_caption));
   }
+  for (size_t k = 0; k < keep_columns.size(); ++k) {
+    PC_CHECK(seen[k], InputError, name, ": no sample's .json member has the field '",
+             printable(keep_columns[k]),
+             "' that output.keep_columns names; check its spelling (keys are case-sensitive), "
+             "or leave it out of output.keep_columns");
+  }
   if (columns != nullptr) *columns = std::move(found);
   return samples.take();
 }
@@ -1207,8 +1286,8 @@ std::vector<SampleSpec> read_input(const InputSection& input,
                                    const std::vector<std::string>& keep_columns,
                                    InputColumns* columns, int64_t max_caption_bytes) {
   if (!input.tars.empty()) {
-    PC_ASSERT(keep_columns.empty(), "kept columns of a tar input (validate() refuses them)");
-    auto samples = read_tars(expand_tar_shards(input.tars), columns, max_caption_bytes);
+    auto samples =
+        read_tars(expand_tar_shards(input.tars), keep_columns, columns, max_caption_bytes);
     PC_CHECK(!samples.empty(), InputError, "tar input ", input.tars,
              " holds no video or audio member, so there is nothing to embed; check "
              "input.tars / --input (members: KEY.mp4, KEY.txt, ..., as WebDataset writes them)");

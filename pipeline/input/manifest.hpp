@@ -54,13 +54,16 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder,
 // Tar mode: the samples of WebDataset tar shards, read in place (Note [Tar members read in
 // place] in tar_index.cpp). Members are grouped by key (the member path up to the first dot of
 // its name); a video member feeds video (and audio from its track unless the key has an audio
-// member), a .txt member the caption (read here, at most max_caption_bytes + 1 bytes of it).
+// member), a .txt member the caption (read here, at most max_caption_bytes + 1 bytes of it),
+// and with `keep_columns` the .json member's top-level fields are the kept columns (checked as a
+// JSONL line's: one object, no key twice; a field no member has is an InputError).
 // Samples come in tar order, then in the order their keys first appear; the id is the key. A
 // member that is not a regular file or has an unsafe name stays in its sample, whose decoding
 // then records why (MediaSource::refusal). Throws InputError for a damaged tar (index_tar), a
 // key with two members of one kind, a key that is not UTF-8, or a key in two places (naming both
 // tars).
 std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars,
+                                  const std::vector<std::string>& keep_columns = {},
                                   InputColumns* columns = nullptr,
                                   int64_t max_caption_bytes = INT64_MAX);
 

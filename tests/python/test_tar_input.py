@@ -322,3 +322,32 @@ def test_four_ranks_and_their_merge_equal_one_process(binary, probes, minilm_fol
     v = subprocess.run([str(binary), "verify", str(out), "--input", pattern],
                        capture_output=True, text=True)
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_kept_columns_come_from_the_json_members(binary, probes, minilm_folder, media, shards,
+                                                 tmp_path):
+    pattern = str(shards / "{000000..000002}.tar")
+    cfg = config(tmp_path / "out", probes, minilm_folder, tars=pattern)
+    cfg["output"]["keep_columns"] = ["i"]
+    run_precompute(binary, tmp_path, cfg)
+    import h5py
+    values = {}
+    for shard in sorted((tmp_path / "out").glob("shard-*.h5")):
+        with h5py.File(shard) as f:
+            values.update(zip(f["ids"].asstr()[:], f["columns/i"].asstr()[:]))
+    assert values == {key_of(i): str(i) for i in range(len(COLOURS))}
+    v = subprocess.run([str(binary), "verify", str(tmp_path / "out"), "--input", pattern],
+                       capture_output=True, text=True)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+    cfg["output"]["keep_columns"] = ["label"]
+    r = run_precompute(binary, tmp_path, cfg, "--overwrite", expect=65)
+    assert "no sample's .json member has the field 'label'" in r.stderr
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as tar:
+        tar.add(media / "clip0.mp4", arcname="k.mp4")
+        add_bytes(tar, "k.json", b'{"i": 1, "i": 2}')
+    cfg = config(tmp_path / "out2", probes, minilm_folder, tars=str(bad))
+    cfg["output"]["keep_columns"] = ["i"]
+    r = run_precompute(binary, tmp_path, cfg, expect=65)
+    assert "member 'k.json'" in r.stderr and "appears twice" in r.stderr

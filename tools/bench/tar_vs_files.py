@@ -59,7 +59,7 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    files = sorted(p for p in args.clips.iterdir() if p.suffix == ".mp4")
+    files = sorted(p.resolve() for p in args.clips.iterdir() if p.suffix == ".mp4")
     assert files, f"no .mp4 clips in {args.clips}"
     samples = [(f"c{i:06d}", f) for i, f in enumerate(f for _ in range(args.copies) for f in files)]
     manifest = args.work / "manifest.jsonl"

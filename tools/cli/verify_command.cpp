@@ -368,7 +368,7 @@ class Verifier {
     // With the run's kept columns: their values are part of each shard's input_sha256; and its
     // caption cap, which bounds the tar captions that are part of it too.
     const auto samples = read_input(
-        section, section.manifest.empty() ? std::vector<std::string>() : index.meta.kept_columns,
+        section, section.folder.empty() ? index.meta.kept_columns : std::vector<std::string>(),
         nullptr,
         max_text_bytes_of_config(index.meta.config_json, default_text_section().max_text_bytes));
     input_samples_ = static_cast<int64_t>(samples.size());
