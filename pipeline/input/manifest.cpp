@@ -302,7 +302,8 @@ void strip_bom(std::string& line) {
 // UTF-8 strings (/columns/<name> of each shard, docs/format.md), so that a trainer needs no
 // second join. In CSV/TSV a kept column must be in the header (matched as the other columns are,
 // ignoring case); in JSONL it must be a key of at least one line (a name no line has is a typo),
-// and a line without it, or with null, gives "". A JSON string is stored as its text (escapes
+// and a line without it, or with null, gives "". Tar input reads them from each sample's .json
+// member, checked as a JSONL line (member_columns). A JSON string is stored as its text (escapes
 // decoded), any other JSON value as the line writes it (Note [Kept values as written]). Values
 // are checked like ids: a NUL or bytes that are not UTF-8 stop the run before any work (exit
 // 65), naming the line and the column.
