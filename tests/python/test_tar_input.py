@@ -351,3 +351,27 @@ def test_kept_columns_come_from_the_json_members(binary, probes, minilm_folder, 
     cfg["output"]["keep_columns"] = ["i"]
     r = run_precompute(binary, tmp_path, cfg, expect=65)
     assert "member 'k.json'" in r.stderr and "appears twice" in r.stderr
+
+
+def test_a_member_that_crashes_the_decoder_is_pinned_on_its_sample(binary, probes, minilm_folder,
+                                                                    shards, tmp_path):
+    """The supervisor's crash containment with tar input: a decoder that crashes on one member
+    (a test fault keyed on TAR:MEMBER) restarts the run, which records that sample as crashed and
+    embeds the others as a clean run does."""
+    pattern = str(shards / "{000000..000002}.tar")
+    clean = tmp_path / "clean"
+    run_precompute(binary, tmp_path, config(clean, probes, minilm_folder, tars=pattern))
+    out = tmp_path / "out"
+    r = run_precompute(binary, tmp_path, config(out, probes, minilm_folder, tars=pattern),
+                       "--max-failures", "10",
+                       env={"PRECOMPUTE_TEST_DECODER_FAULT": "crash:000001.tar:clip4.mp4"})
+    assert "the run died (" in r.stderr
+    got, want = read_output(out), read_output(clean)
+    assert failures_by_id(got) == {"clip4": {"video": "crash", "audio": "crash"}}
+    assert got.ids_in_order == want.ids_in_order
+    for key, sample in want.samples.items():
+        if key == "clip4":
+            continue
+        for m in ("video", "audio", "text"):
+            field = "vector" if "vector" in sample[m] else "rows"
+            np.testing.assert_array_equal(got.samples[key][m][field], sample[m][field])
