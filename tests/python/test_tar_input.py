@@ -375,3 +375,12 @@ def test_a_member_that_crashes_the_decoder_is_pinned_on_its_sample(binary, probe
         for m in ("video", "audio", "text"):
             field = "vector" if "vector" in sample[m] else "rows"
             np.testing.assert_array_equal(got.samples[key][m][field], sample[m][field])
+
+
+def test_a_range_the_shell_expanded_gets_a_hint_to_quote_it(binary, shards):
+    """`--input shards/{000000..000002}.tar` unquoted reaches precompute as three arguments."""
+    r = subprocess.run([str(binary), "run", "--input", *(str(p) for p in
+                        sorted(shards.glob("*.tar"))), "--output", "/nonexistent/out"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "Quote it, as in --input 'shards/{000000..000099}.tar'" in r.stderr, r.stderr
