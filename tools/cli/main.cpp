@@ -58,14 +58,12 @@ int main_impl(int argc, char** argv) {
     const int code = app.exit(e);
     // `--input shards/{0..9}.tar` unquoted: the shell expands the range into many arguments,
     // of which --input takes the first; precompute expands the range itself when it is quoted.
-    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
-      for (int i = 1; i < argc; ++i) {
-        if (is_tar_name(argv[i]) && i > 1 && is_tar_name(argv[i - 1])) {
-          std::cerr << "Tar shards after --input: a brace range the shell expanded? Quote it, "
-                       "as in --input 'shards/{000000..000099}.tar', and precompute expands "
-                       "it itself.\n";
-          break;
-        }
+    for (int i = 2; i < argc; ++i) {
+      if (is_tar_name(argv[i]) && is_tar_name(argv[i - 1])) {
+        std::cerr << "Tar shards after --input: a brace range the shell expanded? Quote it, as "
+                     "in --input 'shards/{000000..000099}.tar', and precompute expands it "
+                     "itself.\n";
+        break;
       }
     }
     return code == 0 ? 0 : kExitUsage;
