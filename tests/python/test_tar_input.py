@@ -384,3 +384,29 @@ def test_a_range_the_shell_expanded_gets_a_hint_to_quote_it(binary, shards):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert "Quote it, as in --input 'shards/{000000..000099}.tar'" in r.stderr, r.stderr
+
+
+def test_an_audio_member_feeds_audio_in_place_of_the_video_track(binary, probes, minilm_folder,
+                                                                  media, tmp_path):
+    """KEY.wav beside KEY.mp4 is the sample's audio (the clip's own track is not read); a key
+    with only KEY.flac is an audio sample; its embedding equals the same file's via a manifest."""
+    sine = tmp_path / "tone.flac"
+    ffmpeg("-f", "lavfi", "-i", "sine=frequency=1000:sample_rate=16000:duration=2", str(sine))
+    tar_path = tmp_path / "av.tar"
+    with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(media / "clip0.mp4", arcname="both.mp4")
+        tar.add(sine, arcname="both.flac")
+        tar.add(sine, arcname="sound.flac")
+        add_bytes(tar, "sound.txt", b"a tone")
+    cfg = config(tmp_path / "tars", probes, minilm_folder, tars=str(tar_path))
+    run_precompute(binary, tmp_path, cfg)
+    manifest = write_manifest(tmp_path / "m.jsonl", [
+        {"id": "both", "video": str(media / "clip0.mp4"), "audio": str(sine)},
+        {"id": "sound", "audio": str(sine), "text": "a tone"}])
+    run_precompute(binary, tmp_path, config(tmp_path / "files", probes, minilm_folder,
+                                            manifest=str(manifest)))
+    assert_same_embeddings(tmp_path / "files", tmp_path / "tars")
+    out = read_output(tmp_path / "tars")
+    assert set(out.samples["sound"]) >= {"audio", "text"} and "video" not in out.samples["sound"]
+    np.testing.assert_array_equal(out.samples["both"]["audio"]["vector"],
+                                  out.samples["sound"]["audio"]["vector"])
