@@ -34,7 +34,7 @@ using Json = nlohmann::json;
 std::string media_identity(const MediaSource& source) {
   if (!source.is_member()) return source.file.string();
   return source.file.string() + "\n" + source.member + "\n" + std::to_string(source.offset) +
-         "+" + std::to_string(source.size);
+         "+" + std::to_string(source.size) + "\n" + source.refusal;
 }
 
 void flatten(const Json& value, const std::string& path, std::vector<std::string>& paths) {

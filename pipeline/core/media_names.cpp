@@ -60,12 +60,15 @@ std::string decompress_command(const std::filesystem::path& name) {
 }
 
 bool names_tar_shards(const std::filesystem::path& argument) {
-  if (argument.string().find('{') != std::string::npos || is_tar_name(argument) ||
-      !decompress_command(argument).empty()) {
-    return true;
-  }
+  if (is_tar_name(argument) || !decompress_command(argument).empty()) return true;
   std::error_code error;
-  if (!std::filesystem::is_directory(argument, error)) return false;
+  const auto status = std::filesystem::status(argument, error);
+  // A file that exists is what it is (a manifest may have a brace in its name); a brace in a
+  // name that does not exist is a range.
+  if (std::filesystem::is_regular_file(status)) return false;
+  if (!std::filesystem::is_directory(status)) {
+    return argument.string().find('{') != std::string::npos;
+  }
   bool tars = false;
   for (const auto& entry : std::filesystem::directory_iterator(argument, error)) {
     const MediaKind kind = media_kind(entry.path());

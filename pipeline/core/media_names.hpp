@@ -23,9 +23,9 @@ bool is_tar_name(const std::filesystem::path& name);
 // .tar.bz2) into one that can be read in place, or "" for any other name.
 std::string decompress_command(const std::filesystem::path& name);
 
-// Whether `argument` (as --input gives it) names tar shards: a brace range, a name ending in
-// .tar or in a compressed tar's extension, or a folder whose own entries include .tar files and
-// no video or audio file.
+// Whether `argument` (as --input gives it) names tar shards: a name ending in .tar or in a
+// compressed tar's extension, a brace range (a name with '{' that is no existing file), or a
+// folder whose own entries include .tar files and no video or audio file.
 bool names_tar_shards(const std::filesystem::path& argument);
 
 }  // namespace precompute

@@ -262,6 +262,9 @@ TEST(TarShardsTest, AFolderGivesItsTarsInNameOrder) {
   EXPECT_TRUE(names_tar_shards("shards/{0..9}.tar"));
   EXPECT_TRUE(names_tar_shards("x.tar.gz"));
   EXPECT_FALSE(names_tar_shards("m.jsonl"));
+  std::ofstream(dir.path() / "{x}.jsonl") << "{}";  // an existing file is what it is
+  EXPECT_FALSE(names_tar_shards(dir.path() / "{x}.jsonl"));
+  EXPECT_TRUE(names_tar_shards(dir.path() / "{0..1}.jsonl"));
 }
 
 }  // namespace
