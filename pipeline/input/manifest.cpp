@@ -1241,10 +1241,12 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
                "' is not valid UTF-8 (the bad bytes are shown as \\xHH), but sample ids are "
                "made from member names and must be UTF-8 text; make the tar with UTF-8 names");
       const auto [earlier, unique] = tar_of_id.try_emplace(entry.key, t);
+      // Within one tar a key's members form one sample, so a repeat is in another tar (or the
+      // same tar named twice by the input).
       PC_CHECK(unique, InputError, "sample key '", printable(entry.key), "' is in tar ",
                tars[earlier->second], " and in tar ", tar,
-               (earlier->second == t ? " twice" : ""),
-               "; sample ids must be unique across the shards: remove or rename one");
+               "; sample ids must be unique across the shards: remove or rename one (or name "
+               "each shard once)");
       SampleSpec spec;
       spec.line = ++sample_no;
       spec.id = entry.key;
