@@ -20,12 +20,12 @@ bool ends_with(const std::string& text, std::string_view end) {
 
 const std::map<std::string, MediaKind>& media_kinds() {
   static const std::map<std::string, MediaKind> kKinds = {
-      {".mp4", MediaKind::kVideo},  {".m4v", MediaKind::kVideo},  {".mkv", MediaKind::kVideo},
-      {".webm", MediaKind::kVideo}, {".avi", MediaKind::kVideo},  {".mov", MediaKind::kVideo},
-      {".mpg", MediaKind::kVideo},  {".mpeg", MediaKind::kVideo}, {".ts", MediaKind::kVideo},
-      {".flv", MediaKind::kVideo},  {".3gp", MediaKind::kVideo},  {".ogv", MediaKind::kVideo},
-      {".wav", MediaKind::kAudio},  {".mp3", MediaKind::kAudio},  {".flac", MediaKind::kAudio},
-      {".m4a", MediaKind::kAudio},  {".aac", MediaKind::kAudio},  {".ogg", MediaKind::kAudio},
+      {".mp4", MediaKind::kVideo},  {".m4v", MediaKind::kVideo},   {".mkv", MediaKind::kVideo},
+      {".webm", MediaKind::kVideo}, {".avi", MediaKind::kVideo},   {".mov", MediaKind::kVideo},
+      {".mpg", MediaKind::kVideo},  {".mpeg", MediaKind::kVideo},  {".ts", MediaKind::kVideo},
+      {".flv", MediaKind::kVideo},  {".3gp", MediaKind::kVideo},   {".ogv", MediaKind::kVideo},
+      {".wav", MediaKind::kAudio},  {".mp3", MediaKind::kAudio},   {".flac", MediaKind::kAudio},
+      {".m4a", MediaKind::kAudio},  {".aac", MediaKind::kAudio},   {".ogg", MediaKind::kAudio},
       {".opus", MediaKind::kAudio}, {".txt", MediaKind::kCaption},
   };
   return kKinds;

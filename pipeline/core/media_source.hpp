@@ -37,8 +37,8 @@ struct MediaSource {
   std::string name() const { return is_member() ? file.string() + ":" + member : file.string(); }
 
   friend bool operator==(const MediaSource& a, const MediaSource& b) {
-    return a.file == b.file && a.member == b.member && a.offset == b.offset &&
-           a.size == b.size && a.refusal == b.refusal;
+    return a.file == b.file && a.member == b.member && a.offset == b.offset && a.size == b.size &&
+           a.refusal == b.refusal;
   }
 };
 

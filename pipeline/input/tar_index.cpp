@@ -70,7 +70,8 @@ class TarReader {
   std::string read_data(int64_t at, int64_t size, const char* what) {
     // Long names and PAX records are small; a huge one is damage or an attack on memory.
     constexpr int64_t kMaxRecordBytes = 1 << 20;
-    if (size > kMaxRecordBytes) fail(at, std::string(what) + " of " + std::to_string(size) + " bytes");
+    if (size > kMaxRecordBytes)
+      fail(at, std::string(what) + " of " + std::to_string(size) + " bytes");
     if (size > bytes_ - at) fail(at, std::string("the tar ends inside a ") + what);
     std::string data(static_cast<size_t>(size), '\0');
     if (size > 0 && !read_at(at, reinterpret_cast<unsigned char*>(data.data()), size)) {
@@ -160,7 +161,8 @@ class TarReader {
         int64_t v = 0;
         bool digits = false;
         for (const char c : value) {
-          if (c < '0' || c > '9' || v > (INT64_MAX - 9) / 10) fail(at, "a PAX size that is not a number");
+          if (c < '0' || c > '9' || v > (INT64_MAX - 9) / 10)
+            fail(at, "a PAX size that is not a number");
           v = v * 10 + (c - '0');
           digits = true;
         }
@@ -223,8 +225,8 @@ class TarReader {
 
 TarIndex TarReader::read() {
   fd_ = ::open(tar_.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  PC_CHECK(fd_ >= 0, InputError, "cannot open tar '", printable(tar_.string()), "': ",
-           std::strerror(errno), "; check the path in input.tars or --input");
+  PC_CHECK(fd_ >= 0, InputError, "cannot open tar '", printable(tar_.string()),
+           "': ", std::strerror(errno), "; check the path in input.tars or --input");
   struct stat info {};
   PC_CHECK(::fstat(fd_, &info) == 0, InputError, "cannot stat tar ", tar_, ": ",
            std::strerror(errno));
@@ -250,9 +252,8 @@ TarIndex TarReader::read() {
     if (!size_field) fail(at, "a header whose size field is not a number");
     const char type = static_cast<char>(block[156]);
     const int64_t data_at = at + kBlock;
-    const int64_t size = (type == '0' || type == '\0' || type == '7') && long_size
-                             ? *long_size
-                             : *size_field;
+    const int64_t size =
+        (type == '0' || type == '\0' || type == '7') && long_size ? *long_size : *size_field;
     if (size > bytes_ - data_at) {
       fail(at, "the tar ends inside the data of member '" + printable(field(block, 0, 100)) +
                    "' (it is truncated)");

@@ -19,8 +19,8 @@ void refuse_compressed(const std::string& name) {
   if (const std::string command = decompress_command(name); !command.empty()) {
     PC_THROW(InputError, "tar shard '", printable(name),
              "' is compressed: a compressed tar has no random access, so its members cannot be "
-             "read in place; decompress the shards once (e.g. `", command,
-             " SHARD` for each) and give the .tar files");
+             "read in place; decompress the shards once (e.g. `",
+             command, " SHARD` for each) and give the .tar files");
   }
 }
 
@@ -33,8 +33,8 @@ bool all_digits(std::string_view text) {
 void expand(const std::string& pattern, const std::string& whole, std::vector<std::string>& out) {
   const size_t open = pattern.find('{');
   if (open == std::string::npos) {
-    PC_CHECK(pattern.find('}') == std::string::npos, InputError, "tar pattern '",
-             printable(whole), "' has a '}' without its '{'");
+    PC_CHECK(pattern.find('}') == std::string::npos, InputError, "tar pattern '", printable(whole),
+             "' has a '}' without its '{'");
     PC_CHECK(static_cast<int64_t>(out.size()) < kMaxShardNames, InputError, "tar pattern '",
              printable(whole), "' names more than ", kMaxShardNames,
              " shards; split the input over several runs (or ranks)");
@@ -84,7 +84,8 @@ void expand(const std::string& pattern, const std::string& whole, std::vector<st
 
 std::vector<std::filesystem::path> expand_tar_shards(const std::filesystem::path& pattern) {
   const std::string text = pattern.string();
-  PC_CHECK(!text.empty(), InputError, "input.tars is empty; give a .tar, a folder of .tar "
+  PC_CHECK(!text.empty(), InputError,
+           "input.tars is empty; give a .tar, a folder of .tar "
            "files or a range such as 'shards/{000000..000099}.tar'");
   std::vector<std::filesystem::path> tars;
   std::error_code error;

@@ -31,7 +31,10 @@ Header header(const std::string& name, int64_t size, char type = '0',
   std::snprintf(h.data() + 100, 8, "%07o", 0644);
   std::snprintf(h.data() + 124, 12, "%011llo", static_cast<unsigned long long>(size));
   h[156] = type;
-  std::memcpy(h.data() + 257, "ustar\0" "00", 8);
+  std::memcpy(h.data() + 257,
+              "ustar\0"
+              "00",
+              8);
   if (edit) edit(h);
   std::memset(h.data() + 148, ' ', 8);
   unsigned sum = 0;
@@ -86,10 +89,10 @@ TEST(TarIndexTest, ReadsBase256SizesAndSignedChecksums) {
   testing::TempDir dir;
   std::string tar;
   append(tar, header("big.mp4", 0, '0', [](Header& h) {
-    std::memset(h.data() + 124, 0, 12);
-    h[124] = static_cast<char>(0x80);
-    h[135] = 3;  // 3 bytes, in GNU's base-256 form
-  }));
+           std::memset(h.data() + 124, 0, 12);
+           h[124] = static_cast<char>(0x80);
+           h[135] = 3;  // 3 bytes, in GNU's base-256 form
+         }));
   append_data(tar, "abc");
   Header signed_sum = header("\xC3\xA9t\xC3\xA9.mp4", 0);
   // Rewrite the checksum as a signed-char sum, as some old writers did.
@@ -119,7 +122,8 @@ TEST(TarIndexTest, LongNamesFromPaxAndGnuRecordsAndUstarPrefixes) {
   append_data(tar, long_name + '\0');
   append(tar, header("truncated-name", 2));
   append_data(tar, "22");
-  append(tar, header("k.txt", 1, '0', [](Header& h) { std::memcpy(h.data() + 345, "pre/fix", 7); }));
+  append(tar,
+         header("k.txt", 1, '0', [](Header& h) { std::memcpy(h.data() + 345, "pre/fix", 7); }));
   append_data(tar, "3");
   tar.append(1024, '\0');
   const TarIndex index = index_tar(write(dir, tar));
@@ -163,8 +167,8 @@ TEST(TarIndexTest, DamageIsRefusedNamingTheTarTheOffsetAndTheLastMember) {
   bad_sum[512 * 2 + 3] ^= 1;
   append_data(bad_sum, "b");
   std::string message = index_error(write(dir, bad_sum));
-  EXPECT_NE(message.find("checksum is wrong at byte 1024, after member 'a.mp4'"),
-            std::string::npos) << message;
+  EXPECT_NE(message.find("checksum is wrong at byte 1024, after member 'a.mp4'"), std::string::npos)
+      << message;
 
   std::string cut = good;
   append(cut, header("b.mp4", 100000));
