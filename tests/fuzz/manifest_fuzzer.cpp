@@ -41,8 +41,8 @@ void check_samples(const std::vector<SampleSpec>& samples) {
     require(ids.insert(s.id).second, "ids are unique");
     require(s.video || s.audio || s.text, "every sample has an input");
     // The parser is given an absolute base folder, so every media path must come out absolute.
-    require(!s.video || s.video->is_absolute(), "video paths are resolved");
-    require(!s.audio || s.audio->is_absolute(), "audio paths are resolved");
+    require(!s.video || s.video->file.is_absolute(), "video paths are resolved");
+    require(!s.audio || s.audio->file.is_absolute(), "audio paths are resolved");
     require(s.line > previous_line, "lines increase in input order");
     previous_line = s.line;
   }
