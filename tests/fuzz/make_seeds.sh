@@ -9,6 +9,7 @@
 set -euo pipefail
 out=${1:?usage: make_seeds.sh OUT}
 mkdir -p "$out/manifest" "$out/media" "$out/tar"
+out=$(cd "$out" && pwd)  # the steps below change folders
 
 m="$out/manifest"
 printf '%s\n' '{"id": "a", "video": "v/a.mp4", "text": "A dog catches a frisbee."}' \
