@@ -20,20 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import precompute_run  # noqa: E402
-
-
-def export_model(work: Path) -> Path:
-    """ResNet-50 with random weights and no classifier, traced (the video benchmarks' model)."""
-    path = work / "r50.pt"
-    if not path.exists():
-        import torch
-        import torchvision
-        torch.manual_seed(0)
-        m = torchvision.models.resnet50()
-        m.fc = torch.nn.Identity()
-        m.eval()
-        torch.jit.trace(m, torch.randn(2, 3, 224, 224)).save(str(path))
-    return path
+from video_throughput import export_model  # noqa: E402  (the video benchmarks' model)
 
 
 def input_seconds(run: precompute_run.Run) -> float:

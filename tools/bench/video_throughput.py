@@ -35,8 +35,9 @@ from text_scale import child_cpu_seconds
 WORK = Path("/tmp/video-bench")
 
 
-def export_model() -> Path:
-    path = WORK / "r50.pt"
+def export_model(work: Path = WORK) -> Path:
+    """ResNet-50 with random weights and no classifier, traced, in `work` (made once)."""
+    path = work / "r50.pt"
     if not path.exists():
         import torch
         import torchvision
