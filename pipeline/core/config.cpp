@@ -1,6 +1,7 @@
 #include "pipeline/core/config.hpp"
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/media_names.hpp"
 
 namespace precompute {
 
@@ -96,6 +97,18 @@ const AudioSection& default_audio_section() {
 const TextSection& default_text_section() {
   static const TextSection section;
   return section;
+}
+
+InputSection input_section_for(const std::filesystem::path& argument) {
+  InputSection input;
+  if (names_tar_shards(argument)) {
+    input.tars = argument;
+  } else if (std::filesystem::is_directory(argument)) {
+    input.folder = argument;
+  } else {
+    input.manifest = argument;
+  }
+  return input;
 }
 
 const RunSection& default_run_section() {

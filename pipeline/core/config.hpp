@@ -434,6 +434,10 @@ struct Config {
 const VideoSection& default_video_section();
 const AudioSection& default_audio_section();
 const TextSection& default_text_section();
+
+// The input section an --input argument names, whichever the path is: tar shards
+// (names_tar_shards in media_names.hpp), a media folder, or else a manifest.
+InputSection input_section_for(const std::filesystem::path& argument);
 const RunSection& default_run_section();
 
 // A flag of `precompute run` that sets config keys (the table in config_fields.cpp says which).

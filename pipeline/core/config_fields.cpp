@@ -9,7 +9,6 @@
 
 #include "pipeline/core/config_yaml.hpp"
 #include "pipeline/core/error.hpp"
-#include "pipeline/core/media_names.hpp"
 
 namespace precompute {
 namespace {
@@ -432,17 +431,9 @@ void apply_max_failures_flag(Config& c, const FlagValue& v) {
 }
 
 // --input names a manifest file, a media folder or tar shards, whichever the path is
-// (names_tar_shards: a brace range, a .tar, a folder of tars and no media).
+// (input_section_for in config.hpp).
 void apply_input_flag(Config& c, const FlagValue& v) {
-  const auto p = absolute_from_cwd(std::get<std::string>(v));
-  c.input = {};
-  if (names_tar_shards(p)) {
-    c.input.tars = p;
-  } else if (std::filesystem::is_directory(p)) {
-    c.input.folder = p;
-  } else {
-    c.input.manifest = p;
-  }
+  c.input = input_section_for(absolute_from_cwd(std::get<std::string>(v)));
 }
 
 // --device is every encoder's: the sections' own devices give way to it.

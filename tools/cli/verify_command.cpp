@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "pipeline/core/error.hpp"
-#include "pipeline/core/media_names.hpp"
 #include "pipeline/input/manifest.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/core/sha256.hpp"
@@ -357,14 +356,7 @@ class Verifier {
 
   void check_input(const OutputIndex& index) {
     const std::filesystem::path input = o_.input;
-    InputSection section;
-    if (names_tar_shards(input)) {
-      section.tars = input;
-    } else if (std::filesystem::is_directory(input)) {
-      section.folder = input;
-    } else {
-      section.manifest = input;
-    }
+    const InputSection section = input_section_for(input);
     // With the run's kept columns: their values are part of each shard's input_sha256; and its
     // caption cap, which bounds the tar captions that are part of it too.
     const auto samples = read_input(
