@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "encoders/text/text_tokenizer.hpp"
 #include "pipeline/core/sample.hpp"
 
 namespace precompute {
@@ -29,7 +30,7 @@ struct TokenizerOptions {
   int max_chars_per_word = 100;  // longer words become [UNK]
 };
 
-class WordPieceTokenizer {
+class WordPieceTokenizer final : public TextTokenizer {
  public:
   // Reads vocab.txt (one token per line, id = line number, a trailing CR ignored; a token that
   // appears twice keeps the later id). Throws ConfigError naming the file when it is missing,
@@ -44,18 +45,21 @@ class WordPieceTokenizer {
   // bytes.decode("utf-8", "replace") does (the clean-up then drops it); *invalid_utf8_bytes, when
   // given, is set to the number of bytes replaced in the whole text. Never throws on any input
   // (short of running out of memory).
-  TokenizedText encode(std::string_view text, int64_t* invalid_utf8_bytes = nullptr) const;
+  TokenizedText encode(std::string_view text, int64_t* invalid_utf8_bytes = nullptr) const override;
 
   // The WordPiece tokens of `text`, without [CLS]/[SEP] and without truncation (for debugging).
-  std::vector<std::string> tokenize(std::string_view text) const;
+  std::vector<std::string> tokenize(std::string_view text) const override;
 
-  const std::string& token(int32_t id) const { return vocab_.at(static_cast<size_t>(id)); }
+  const std::string& token(int32_t id) const override {
+    return vocab_.at(static_cast<size_t>(id));
+  }
   std::optional<int32_t> id_of(std::string_view token) const;
-  size_t vocab_size() const { return vocab_.size(); }
+  size_t vocab_size() const override { return vocab_.size(); }
   int32_t cls_id() const { return cls_id_; }
   int32_t sep_id() const { return sep_id_; }
-  int32_t pad_id() const { return pad_id_; }
-  int32_t unk_id() const { return unk_id_; }
+  int32_t pad_id() const override { return pad_id_; }
+  int32_t unk_id() const override { return unk_id_; }
+  int max_length() const override { return options_.max_length; }
   const TokenizerOptions& options() const { return options_; }
 
  private:

@@ -1,9 +1,13 @@
-// tokenizer_dump: runs WordPieceTokenizer over JSON lines, for the parity test
-// (tests/python/test_tokenizer_parity.py) and for ad-hoc timing.
+// tokenizer_dump: runs a tokenizer over JSON lines, for the parity tests
+// (tests/python/test_tokenizer_parity.py, test_unigram_parity.py) and for ad-hoc timing.
 //
 //   tokenizer_dump --vocab vocab.txt [--lower-case 0|1] [--strip-accents 0|1|unset]
 //                  [--chinese 0|1] [--max-length N] [--max-chars-per-word N]
 //                  [--threads N] [--repeat N] INPUT.jsonl > OUTPUT.jsonl
+//   tokenizer_dump --unigram-folder DIR [--max-length N] [--threads N] [--repeat N] INPUT.jsonl
+//
+// --vocab runs BERT's WordPiece tokenizer; --unigram-folder the XLM-RoBERTa tokenizer of a model
+// folder (tokenizer.json with a Unigram model).
 //
 // Each input line is a JSON object holding the text in one of two keys:
 //   {"text": "..."}  a JSON string (its UTF-8), for texts that are valid Unicode;
@@ -21,18 +25,20 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "encoders/bert/unigram_folder.hpp"
 #include "encoders/text/wordpiece_tokenizer.hpp"
 
 namespace {
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "tokenizer_dump: " << problem << "\n"
-            << "usage: tokenizer_dump --vocab FILE [--lower-case 0|1] [--strip-accents 0|1|unset]"
+            << "usage: tokenizer_dump --vocab FILE | --unigram-folder DIR [--lower-case 0|1] [--strip-accents 0|1|unset]"
                " [--chinese 0|1] [--max-length N] [--max-chars-per-word N] [--threads N]"
                " [--repeat N] INPUT.jsonl\n";
   std::exit(2);
@@ -88,7 +94,7 @@ std::string decode_base64(const std::string& in) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string vocab, input;
+  std::string vocab, unigram_folder, input;
   precompute::TokenizerOptions options;
   int threads = 1;
   int repeat = 1;
@@ -100,6 +106,8 @@ int main(int argc, char** argv) {
       const std::string value = argv[++i];
       if (arg == "--vocab") {
         vocab = value;
+      } else if (arg == "--unigram-folder") {
+        unigram_folder = value;
       } else if (arg == "--lower-case") {
         options.lower_case = parse_bool(arg, value);
       } else if (arg == "--strip-accents") {
@@ -129,7 +137,9 @@ int main(int argc, char** argv) {
       usage("more than one input file");
     }
   }
-  if (vocab.empty() || input.empty()) usage("--vocab and an input file are required");
+  if (vocab.empty() == unigram_folder.empty() || input.empty()) {
+    usage("one of --vocab and --unigram-folder, and an input file, are required");
+  }
 
   std::vector<std::string> texts;
   {
@@ -155,7 +165,15 @@ int main(int argc, char** argv) {
   }
 
   try {
-    const auto tokenizer = precompute::WordPieceTokenizer::from_vocab_file(vocab, options);
+    std::unique_ptr<precompute::TextTokenizer> chosen;
+    if (!vocab.empty()) {
+      chosen = std::make_unique<precompute::WordPieceTokenizer>(
+          precompute::WordPieceTokenizer::from_vocab_file(vocab, options));
+    } else {
+      chosen = std::make_unique<precompute::UnigramTokenizer>(
+          precompute::read_unigram_tokenizer(unigram_folder, options.max_length));
+    }
+    const precompute::TextTokenizer& tokenizer = *chosen;
     std::vector<precompute::TokenizedText> results(texts.size());
     std::vector<int64_t> invalid(texts.size(), 0);
     const auto start = std::chrono::steady_clock::now();

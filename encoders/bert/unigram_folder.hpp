@@ -1,0 +1,20 @@
+#pragma once
+// The XLM-RoBERTa tokenizer of a Hugging Face model folder (tokenizer.json with a Unigram model,
+// tokenizer_config.json), read the way transformers' XLMRobertaTokenizer reads it (Note [What
+// XLMRobertaTokenizer does] in encoders/text/unigram_tokenizer.cpp). Free functions, thread-safe.
+
+#include <filesystem>
+
+#include "encoders/text/unigram_tokenizer.hpp"
+
+namespace precompute {
+
+// Whether dir/tokenizer.json holds a Unigram model (an XLM-R-style tokenizer) rather than BERT's
+// WordPiece. Throws ModelError naming the file when it exists but cannot be read.
+bool has_unigram_tokenizer(const std::filesystem::path& dir);
+
+// The tokenizer of `dir`, cut at max_length ids. Throws ModelError naming the file and the fix
+// when the folder holds a tokenizer precompute cannot reproduce exactly.
+UnigramTokenizer read_unigram_tokenizer(const std::filesystem::path& dir, int max_length);
+
+}  // namespace precompute
