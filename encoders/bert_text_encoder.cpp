@@ -49,7 +49,7 @@ class BertTextEncoder final : public TorchEncoder {
     const bool timed = log_enabled(LogLevel::kDebug);
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    const auto packed = pack_sequences(sequences, device_);
+    const auto packed = pack_sequences(sequences, device_, model_.roberta_padding_id());
     const auto t1 = Clock::now();
     const auto hidden = model_.forward(packed);
     const auto t2 = Clock::now();
@@ -86,22 +86,23 @@ class BertTextEncoder final : public TorchEncoder {
         dtype_(to_scalar_type(section.dtype)),
         section_(section) {
     const auto tokenizer = make_text_tokenizer(section);
-    PC_CHECK(static_cast<int64_t>(tokenizer.vocab_size()) <= model_.vocab_size(), ModelError,
-             "the tokenizer's vocabulary has ", tokenizer.vocab_size(), " tokens but ",
+    PC_CHECK(static_cast<int64_t>(tokenizer->vocab_size()) <= model_.vocab_size(), ModelError,
+             "the tokenizer's vocabulary has ", tokenizer->vocab_size(), " tokens but ",
              section.encoder.path, " embeds only ", model_.vocab_size(),
              "; use the model folder's own vocabulary");
-    PC_CHECK(section.max_length.value_or(0) <= model_.max_positions(), ConfigError,
+    PC_CHECK(section.max_length.value_or(0) <= model_.max_sequence_length(), ConfigError,
              "text.tokenizer.max_length ", section.max_length.value_or(0), " exceeds the ",
-             model_.max_positions(), " positions of ", section.encoder.path);
+             model_.max_sequence_length(), " tokens the positions of ", section.encoder.path,
+             " allow");
     // Each step's end at debug level: with the log's timestamps, where the loading goes.
-    log_message(LogLevel::kDebug, "start-up: BERT's weights read and on " + info_.device);
+    log_message(LogLevel::kDebug, "start-up: the text model's weights read and on " + info_.device);
     PreparedSample dummy;
     dummy.text.emplace();
-    dummy.text->ids = {tokenizer.cls_id(), tokenizer.sep_id()};
+    dummy.text->ids = tokenizer->encode("").ids;  // [CLS] [SEP], or <s> </s>
     warm_up(std::move(dummy));
-    log_message(LogLevel::kDebug, "start-up: BERT warmed up");
+    log_message(LogLevel::kDebug, "start-up: the text model warmed up");
     info_.model_sha256 = folder_hash.get();
-    log_message(LogLevel::kDebug, "start-up: BERT's model folder hashed");
+    log_message(LogLevel::kDebug, "start-up: the text model's folder hashed");
   }
 
   BertModel model_;

@@ -37,10 +37,10 @@ class TextEncoder final : public TorchEncoder {
              info_.model_file, " takes ", model_.num_inputs(),
              " inputs; it must take (input_ids, attention_mask[, token_type_ids])");
     const auto tokenizer = make_text_tokenizer(section);
-    pad_id_ = tokenizer.pad_id();
+    pad_id_ = tokenizer->pad_id();
     PreparedSample dummy;
     dummy.text.emplace();
-    dummy.text->ids = {tokenizer.cls_id(), tokenizer.sep_id()};
+    dummy.text->ids = tokenizer->encode("").ids;  // [CLS] [SEP]
     warm_up(std::move(dummy));
   }
 

@@ -9,7 +9,7 @@
 #include <map>
 
 #include "encoders/bert/text_settings.hpp"
-#include "encoders/text/wordpiece_tokenizer.hpp"
+#include "encoders/text/text_tokenizer.hpp"
 #include "pipeline/core/error.hpp"
 
 namespace precompute {
@@ -76,7 +76,7 @@ PreparedSamplePtr largest_sample(const Config& config, Modality m) {
       const auto tokenizer = make_text_tokenizer(config.text);
       std::string words;
       for (int i = 0; i < 70000 && words.size() < 400000; ++i) words += "word ";
-      auto tokens = tokenizer.encode(words);
+      auto tokens = tokenizer->encode(words);
       sample->text = std::move(tokens);
       break;
     }

@@ -26,8 +26,13 @@ namespace precompute {
 // sequences, through precompute's own kernel (Note [Attention for short sequences]). Where
 // neither applies (CPU, fp32), attention alone scatters into a padded [B, L] layout and back.
 
+// Note [RoBERTa's positions]
+// transformers' XLM-RoBERTa numbers the tokens that are not <pad> from pad_token_id + 1 on, and
+// gives a <pad> the position pad_token_id without counting it: [<s>, a, <pad>, b, </s>] with
+// pad_token_id 1 has positions [2, 3, 1, 4, 5]. A <pad> in a sequence is rare (the text holds
+// "<pad>" literally) but it must not shift the rest.
 PackedBatch pack_sequences(const std::vector<const std::vector<int32_t>*>& sequences,
-                           const c10::Device& device) {
+                           const c10::Device& device, int64_t roberta_padding_id) {
   PackedBatch b;
   const auto count = static_cast<int64_t>(sequences.size());
   for (const auto* s : sequences) {
@@ -54,9 +59,16 @@ PackedBatch pack_sequences(const std::vector<const std::vector<int32_t>*>& seque
   for (int64_t i = 0; i < count; ++i) {
     start[i] = static_cast<int32_t>(t);
     const auto& s = *sequences[static_cast<size_t>(i)];
+    int64_t counted = 0;  // tokens that are not <pad>, for RoBERTa's numbering
     for (size_t k = 0; k < s.size(); ++k, ++t) {
       id[t] = s[k];
-      pos[t] = static_cast<int64_t>(k);
+      if (roberta_padding_id < 0) {
+        pos[t] = static_cast<int64_t>(k);
+      } else if (s[k] == roberta_padding_id) {
+        pos[t] = roberta_padding_id;
+      } else {
+        pos[t] = roberta_padding_id + ++counted;
+      }
       pad[t] = i * b.max_length + static_cast<int64_t>(k);
       keep[i * b.max_length + static_cast<int64_t>(k)] = true;
     }
@@ -96,13 +108,14 @@ at::ScalarType scalar_type(const SafetensorsTensor& view, const std::string& nam
 // the start-up timeline"). Both round to nearest even, so the weights are the same bits either
 // way.
 
-// Finds the folder's weights under their BertModel names, with or without the "bert." prefix
-// that task heads (BertForMaskedLM, ...) add, and checks each shape against config.json.
+// Finds the folder's weights under their BertModel names, with or without the "bert." or
+// "roberta." prefix that task heads (BertForMaskedLM, XLMRobertaForMaskedLM, ...) add, and checks
+// each shape against config.json.
 class WeightLoader {
  public:
   WeightLoader(const ModelFolder& folder, const c10::Device& device, at::ScalarType dtype)
       : weights_(folder.dir), folder_(folder.dir), device_(device), dtype_(dtype) {
-    for (const char* prefix : {"", "bert."}) {
+    for (const char* prefix : {"", "bert.", "roberta."}) {
       if (weights_.find(std::string(prefix) + "embeddings.word_embeddings.weight") != nullptr) {
         prefix_ = prefix;
         return;
@@ -183,6 +196,8 @@ BertModel::BertModel(const ModelFolder& folder, const c10::Device& device, at::S
   head_dim_ = hidden_ / heads_;
   vocab_size_ = c.vocab_size;
   max_positions_ = c.max_position_embeddings;
+  max_sequence_length_ = c.max_sequence_length();
+  roberta_padding_id_ = c.roberta_positions() ? c.pad_token_id.value_or(1) : -1;
   eps_ = c.layer_norm_eps;
   activation_ = c.hidden_act;
   attention_ = choose_attention(device, dtype, head_dim_);
@@ -293,8 +308,8 @@ at::Tensor BertModel::attend(const at::Tensor& qkv, const PackedBatch& batch) co
 }
 
 at::Tensor BertModel::forward(const PackedBatch& batch) const {
-  PC_CHECK(batch.max_length <= max_positions_, ModelError, "a sequence of ", batch.max_length,
-           " tokens is longer than the model's ", max_positions_,
+  PC_CHECK(batch.max_length <= max_sequence_length_, ModelError, "a sequence of ",
+           batch.max_length, " tokens is longer than the model's ", max_sequence_length_,
            " positions; lower text.tokenizer.max_length");
   at::Tensor x = at::embedding(word_, batch.ids) + at::embedding(position_, batch.positions) +
                  token_type0_;

@@ -1,6 +1,6 @@
 #pragma once
 // BERT (post-LayerNorm encoder with absolute positions) in LibTorch, reading a Hugging Face
-// folder's safetensors weights. It runs on packed batches: the tokens of all sequences end to
+// folder's safetensors weights; XLM-RoBERTa is the same network with other position numbers. It runs on packed batches: the tokens of all sequences end to
 // end, so no matmul computes on padding (Note [Packed batches] in bert_model.cpp). Internal to
 // encoders/ (includes LibTorch). forward() is const but not re-entrant on one CUDA stream: one
 // thread at a time per instance (its Encoder's).
@@ -30,8 +30,10 @@ struct PackedBatch {
 };
 
 // Packs `sequences` for `device`; host staging memory is pinned when the device is a GPU.
+// `roberta_padding_id` >= 0 numbers positions as XLM-RoBERTa does (Note [RoBERTa's positions],
+// .cpp); -1 as BERT does (0, 1, 2, ...).
 PackedBatch pack_sequences(const std::vector<const std::vector<int32_t>*>& sequences,
-                           const c10::Device& device);
+                           const c10::Device& device, int64_t roberta_padding_id = -1);
 
 class BertModel {
  public:
@@ -53,6 +55,10 @@ class BertModel {
   int64_t hidden_size() const { return hidden_; }
   int64_t vocab_size() const { return vocab_size_; }
   int64_t max_positions() const { return max_positions_; }
+  // The longest sequence the positions allow (fewer than max_positions() for XLM-RoBERTa).
+  int64_t max_sequence_length() const { return max_sequence_length_; }
+  // The argument pack_sequences needs for this model.
+  int64_t roberta_padding_id() const { return roberta_padding_id_; }
   Attention attention() const { return attention_; }
   // Whether `batch` runs the short-sequence kernel rather than flash attention (CUDA builds;
   // Note [Attention for short sequences]).
@@ -78,6 +84,8 @@ class BertModel {
   int64_t head_dim_ = 0;
   int64_t vocab_size_ = 0;
   int64_t max_positions_ = 0;
+  int64_t max_sequence_length_ = 0;
+  int64_t roberta_padding_id_ = -1;
   double eps_ = 1e-12;
   std::string activation_;
   Attention attention_ = Attention::kPadded;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "encoders/bert/json_file.hpp"
+#include "encoders/bert/unigram_folder.hpp"
 #include "pipeline/core/error.hpp"
 
 namespace precompute {
@@ -22,9 +23,13 @@ using std::filesystem::path;
 // Note [Where a folder's settings come from]
 // precompute must embed a text as the Python libraries would with the same folder, so each
 // setting is read from where they read it:
-//  - config.json: transformers' BertConfig; keys left out take its defaults. Only plain BERT runs
-//    natively: model_type bert, Bert* architectures, absolute positions, an activation we
-//    implement, not a decoder.
+//  - config.json: transformers' BertConfig (XLMRobertaConfig); keys left out take its defaults.
+//    BERT and XLM-RoBERTa run natively (model_type bert or xlm-roberta, Bert* or XLMRoberta*
+//    architectures, absolute positions, an activation we implement, not a decoder): the same
+//    encoder, but for RoBERTa's position numbering.
+//  - The tokenizer follows tokenizer.json's model, not model_type: a Unigram model is
+//    XLM-RoBERTa's tokenizer (paraphrase-multilingual-MiniLM is a BERT with it), read by
+//    read_unigram_tokenizer; otherwise BERT's WordPiece, as below.
 //  - modules.json (sentence-transformers): where the Transformer module lives (usually the folder
 //    itself), the Pooling module's config.json, and whether a Normalize module follows. Any other
 //    module (Dense, ...) changes the embedding, so such a folder is refused rather than embedded
@@ -35,6 +40,8 @@ using std::filesystem::path;
 //    arguments (do_lower_case, strip_accents, tokenize_chinese_chars). sentence_bert_config.json's
 //    do_lower_case makes sentence-transformers lower-case the text before the normalizer (it
 //    prepends a Lowercase normalizer), which leaves accent stripping as the tokenizer had it.
+//  - config_sentence_transformers.json: a default_prompt_name makes sentence-transformers put
+//    that prompt before every text, so it is the folder's default text.prefix.
 //  - max_length: sentence-transformers truncates at sentence_bert_config.json's max_seq_length;
 //    transformers at tokenizer_config.json's model_max_length, unless that is its "no limit"
 //    placeholder (1e30); without either, at the position table's size, which bounds every case.
@@ -133,8 +140,9 @@ std::string quoted(const path& file) {
 // The end of every message about a model that is not plain BERT.
 constexpr const char* kOnlyBert =
     " is not supported; precompute's native encoder runs BERT-family models (BERT, MiniLM, "
-    "BGE/E5/GTE variants with model_type bert); export other models to TorchScript and use "
-    "encoder type torchscript";
+    "BGE/E5/GTE variants with model_type bert) and XLM-RoBERTa ones (multilingual-e5, bge-m3, "
+    "model_type xlm-roberta); export other models to TorchScript and use encoder type "
+    "torchscript";
 
 // What modules.json says (sentence-transformers); a folder without it is one Transformer module.
 struct Modules {
@@ -204,7 +212,12 @@ BertConfig read_bert_config(const path& dir) {
   c.architectures = fields.strings("architectures");
   c.model_type = fields.string("model_type", "");
 
+  // XLMRobertaConfig's defaults differ from BertConfig's only in the padding token.
+  if (c.model_type == "xlm-roberta") c.pad_token_id = fields.optional_integer("pad_token_id", 1);
   const auto is_bert_architecture = [](const std::string& a) { return a.starts_with("Bert"); };
+  const auto is_xlmr_architecture = [](const std::string& a) {
+    return a.starts_with("XLMRoberta");
+  };
   if (c.model_type.empty()) {
     // Configs written before transformers recorded model_type; transformers then guesses.
     PC_CHECK(!c.architectures.empty() &&
@@ -213,10 +226,19 @@ BertConfig read_bert_config(const path& dir) {
              " has no model_type; if it is a BERT model, add \"model_type\": \"bert\"");
     c.model_type = "bert";
   }
-  PC_CHECK(c.model_type == "bert", ModelError, dir, ": model_type '", c.model_type, "'", kOnlyBert);
+  PC_CHECK(c.model_type == "bert" || c.model_type == "xlm-roberta", ModelError, dir,
+           ": model_type '", c.model_type, "'", kOnlyBert);
   for (const std::string& architecture : c.architectures) {
-    PC_CHECK(is_bert_architecture(architecture), ModelError, dir, ": architecture '", architecture,
-             "'", kOnlyBert);
+    const bool known = c.model_type == "bert" ? is_bert_architecture(architecture)
+                                              : is_xlmr_architecture(architecture);
+    PC_CHECK(known, ModelError, dir, ": architecture '", architecture, "' with model_type '",
+             c.model_type, "'", kOnlyBert);
+  }
+  if (c.roberta_positions()) {
+    PC_CHECK(c.pad_token_id.has_value() && *c.pad_token_id >= 0 &&
+                 *c.pad_token_id + 1 < c.max_position_embeddings,
+             ModelError, file, ": XLM-RoBERTa needs a pad_token_id from 0 to ",
+             c.max_position_embeddings - 2, " (its positions start after it)");
   }
   PC_CHECK(c.position_embedding_type == "absolute", ModelError, dir, ": position_embedding_type '",
            c.position_embedding_type, "' (only absolute is)", kOnlyBert);
@@ -398,8 +420,10 @@ std::string resolve_max_length(const path& dir, const TokenizerFiles& files,
                                const BertConfig& config, TokenizerOptions& options) {
   // transformers' "no limit" is 1e30; anything this large is not a real limit.
   constexpr double kUnlimited = 1e6;
-  int64_t length = config.max_position_embeddings;
-  std::string source = "config.json max_position_embeddings";
+  int64_t length = config.max_sequence_length();
+  std::string source = config.roberta_positions()
+                           ? "config.json max_position_embeddings - pad_token_id - 1"
+                           : "config.json max_position_embeddings";
   std::optional<JsonFields> sentence_bert;
   if (files.sentence_bert_config) {
     sentence_bert.emplace(*files.sentence_bert_config, quoted(dir / "sentence_bert_config.json"));
@@ -416,14 +440,42 @@ std::string resolve_max_length(const path& dir, const TokenizerFiles& files,
       source = "tokenizer_config.json model_max_length";
     }
   }
-  if (length > config.max_position_embeddings) {
-    source += " " + std::to_string(length) + ", capped at config.json max_position_embeddings";
-    length = config.max_position_embeddings;
+  if (length > config.max_sequence_length()) {
+    source += " " + std::to_string(length) + ", capped at config.json " +
+              (config.roberta_positions()
+                   ? "max_position_embeddings - pad_token_id - 1 (" +
+                         std::to_string(config.max_sequence_length()) + ")"
+                   : std::string("max_position_embeddings"));
+    length = config.max_sequence_length();
   }
   PC_CHECK(length >= 2, ModelError, dir, ": the maximum sequence length from ", source, " is ",
-           length, "; it must leave room for [CLS] and [SEP]");
+           length, "; it must leave room for the tokens around the text ([CLS] and [SEP], or <s> "
+           "and </s>)");
   options.max_length = static_cast<int>(length);
   return source;
+}
+
+// The prompt sentence-transformers puts before every text by default (Note [Where a folder's
+// settings come from]); empty when there is none.
+std::string read_default_prefix(const path& root) {
+  const path file = root / "config_sentence_transformers.json";
+  const std::optional<Json> json = read_json_file_if_present(file);
+  if (!json) return "";
+  const JsonFields fields(*json, quoted(file));
+  const std::string name = fields.has("default_prompt_name")
+                               ? fields.string("default_prompt_name", "")
+                               : std::string();
+  if (name.empty()) return "";
+  const Json* prompts = fields.object("prompts");
+  PC_CHECK(prompts != nullptr && prompts->contains(name) && prompts->at(name).is_string(),
+           ModelError, file, ": default_prompt_name '", name, "' names no prompt in 'prompts'");
+  return prompts->at(name).get<std::string>();
+}
+
+bool pooling_excludes_prompt(const path& pooling_dir) {
+  const std::optional<Json> json = read_json_file_if_present(pooling_dir / "config.json");
+  if (!json) return false;
+  return !JsonFields(*json, quoted(pooling_dir / "config.json")).boolean("include_prompt", true);
 }
 
 }  // namespace
@@ -443,7 +495,18 @@ ModelFolder read_model_folder(const path& root) {
                              read_json_file_if_present(folder.dir / "tokenizer_config.json"),
                              read_json_file_if_present(folder.dir / "sentence_bert_config.json")};
   const path vocab_txt = folder.dir / "vocab.txt";
-  if (is_regular_file_quietly(vocab_txt)) {
+  if (files.tokenizer && is_unigram_tokenizer(*files.tokenizer)) {
+    folder.tokenizer_kind = TokenizerKind::kUnigram;
+    folder.max_length_source =
+        resolve_max_length(folder.dir, files, folder.config, folder.tokenizer);
+    // Read once here so that a tokenizer precompute cannot reproduce fails at start-up.
+    const UnigramTokenizer tokenizer =
+        read_unigram_tokenizer(folder.dir, folder.tokenizer.max_length, &*files.tokenizer);
+    PC_CHECK(static_cast<int64_t>(tokenizer.vocab_size()) <= folder.config.vocab_size, ModelError,
+             folder.dir / "tokenizer.json", " has ", tokenizer.vocab_size(),
+             " pieces but config.json's vocab_size is ", folder.config.vocab_size,
+             ": the tokenizer and the model do not belong together");
+  } else if (is_regular_file_quietly(vocab_txt)) {
     folder.vocab = read_vocab_txt(vocab_txt);
     check_vocab(folder.vocab, quoted(vocab_txt), folder.config);
   } else {
@@ -454,11 +517,18 @@ ModelFolder read_model_folder(const path& root) {
         vocab_from_tokenizer_json(wordpiece_model(*files.tokenizer, where), folder.config);
     check_vocab(folder.vocab, where, folder.config);
   }
-  folder.tokenizer = read_tokenizer_options(folder.dir, files);
-  folder.max_length_source = resolve_max_length(folder.dir, files, folder.config, folder.tokenizer);
+  if (folder.tokenizer_kind == TokenizerKind::kWordPiece) {
+    folder.tokenizer = read_tokenizer_options(folder.dir, files);
+    folder.max_length_source =
+        resolve_max_length(folder.dir, files, folder.config, folder.tokenizer);
+  }
 
-  if (modules.pooling_dir) folder.pooling = read_pooling(*modules.pooling_dir, folder.config);
+  if (modules.pooling_dir) {
+    folder.pooling = read_pooling(*modules.pooling_dir, folder.config);
+    folder.pooling_excludes_prompt = pooling_excludes_prompt(*modules.pooling_dir);
+  }
   folder.normalize = modules.normalize;
+  folder.default_prefix = read_default_prefix(root);
   return folder;
 }
 

@@ -35,8 +35,22 @@ struct BertConfig {
   // field; older versions also knew relative_key and relative_key_query.
   std::string position_embedding_type = "absolute";
   std::optional<int64_t> pad_token_id = 0;  // null in config.json: none
-  std::string model_type = "bert";
+  std::string model_type = "bert";        // bert or xlm-roberta
   std::vector<std::string> architectures;  // such as BertModel; may be empty
+
+  // XLM-RoBERTa numbers positions from pad_token_id + 1 and gives a <pad> token in the text the
+  // position pad_token_id without counting it (Note [RoBERTa's positions], bert_model.cpp).
+  bool roberta_positions() const { return model_type == "xlm-roberta"; }
+  // The longest sequence the position table holds.
+  int64_t max_sequence_length() const {
+    return roberta_positions() ? max_position_embeddings - pad_token_id.value_or(0) - 1
+                               : max_position_embeddings;
+  }
+};
+
+enum class TokenizerKind {
+  kWordPiece,  // BERT's: vocab.txt or a WordPiece tokenizer.json
+  kUnigram,    // XLM-RoBERTa's: a Unigram tokenizer.json (read by read_unigram_tokenizer)
 };
 
 struct ModelFolder {
@@ -45,14 +59,23 @@ struct ModelFolder {
   // layouts such as 0_BERT/).
   std::filesystem::path dir;
   BertConfig config;
-  std::vector<std::string> vocab;  // token by id; at most config.vocab_size tokens
+  TokenizerKind tokenizer_kind = TokenizerKind::kWordPiece;
+  // WordPiece: token by id, at most config.vocab_size tokens. Empty for a Unigram tokenizer.
+  std::vector<std::string> vocab;
   // As BertTokenizerFast (and sentence-transformers, when it lower-cases itself) would tokenize;
-  // max_length never exceeds config.max_position_embeddings.
+  // max_length never exceeds config.max_sequence_length(). For a Unigram tokenizer only
+  // max_length counts.
   TokenizerOptions tokenizer;
   // The sentence-transformers Pooling module's mode; unset when modules.json has none (or there
   // is no modules.json: a plain transformers model, whose pooling the user chooses).
   std::optional<Pooling> pooling;
   bool normalize = false;  // modules.json lists a Normalize module (L2 after pooling)
+  // config_sentence_transformers.json's prompt named by its default_prompt_name, which
+  // sentence-transformers puts before every text unless told otherwise; empty: none.
+  std::string default_prefix;
+  // The Pooling module leaves the prompt's tokens out of the mean (include_prompt false), which
+  // precompute does not do: a prefix with such a folder is refused.
+  bool pooling_excludes_prompt = false;
   // Where tokenizer.max_length came from, for logs, e.g.
   // "sentence_bert_config.json max_seq_length".
   std::string max_length_source;
@@ -60,8 +83,8 @@ struct ModelFolder {
 
 // Reads and checks the model folder `dir`. Throws ModelError naming the file and the fix when the
 // folder is missing files, a file is damaged, or the model or its tokenizer, pooling or modules
-// are not ones precompute's native BERT encoder runs (other architectures: use a TorchScript
-// export and encoder type torchscript).
+// are not ones precompute's native encoder runs (BERT and XLM-RoBERTa; other architectures: use
+// a TorchScript export and encoder type torchscript).
 ModelFolder read_model_folder(const std::filesystem::path& dir);
 
 }  // namespace precompute

@@ -4,6 +4,9 @@
 // the folder's values (sentence-transformers' own choices included), or BERT's defaults for a
 // TorchScript model. Free of LibTorch; thread-safe (no shared state).
 
+#include <memory>
+
+#include "encoders/text/text_tokenizer.hpp"
 #include "encoders/text/wordpiece_tokenizer.hpp"
 #include "pipeline/core/config.hpp"
 
@@ -18,8 +21,9 @@ void resolve_text_settings(TextSection& text);
 // The tokenizer options of a resolved text section.
 TokenizerOptions tokenizer_options(const TextSection& text);
 
-// The tokenizer of a resolved text section: its vocab file if given, else the model folder's
-// vocabulary (vocab.txt or tokenizer.json).
-WordPieceTokenizer make_text_tokenizer(const TextSection& text);
+// The tokenizer of a resolved text section: WordPiece from its vocab file if given, else the
+// model folder's tokenizer (BERT's WordPiece from vocab.txt or tokenizer.json, or XLM-RoBERTa's
+// Unigram from tokenizer.json).
+std::shared_ptr<const TextTokenizer> make_text_tokenizer(const TextSection& text);
 
 }  // namespace precompute

@@ -73,17 +73,18 @@ std::optional<PrecompiledCharsmap> read_charsmap(const Json& tokenizer, const st
 
 }  // namespace
 
-bool has_unigram_tokenizer(const path& dir) {
-  const std::optional<Json> tokenizer = read_json_file_if_present(dir / "tokenizer.json");
-  return tokenizer && tokenizer->is_object() && tokenizer->contains("model") &&
-         tokenizer->at("model").is_object() &&
-         tokenizer->at("model").value("type", "") == "Unigram";
+bool is_unigram_tokenizer(const Json& tokenizer) {
+  return tokenizer.is_object() && tokenizer.contains("model") &&
+         tokenizer.at("model").is_object() && tokenizer.at("model").value("type", "") == "Unigram";
 }
 
-UnigramTokenizer read_unigram_tokenizer(const path& dir, int max_length) {
+UnigramTokenizer read_unigram_tokenizer(const path& dir, int max_length,
+                                        const Json* tokenizer_json) {
   const path file = dir / "tokenizer.json";
   const std::string where = quoted(file);
-  const Json tokenizer = read_json_file(file);
+  std::optional<Json> read;
+  if (tokenizer_json == nullptr) read = read_json_file(file);
+  const Json& tokenizer = tokenizer_json != nullptr ? *tokenizer_json : *read;
   PC_CHECK(tokenizer.is_object() && tokenizer.contains("model") &&
                tokenizer.at("model").is_object(),
            ModelError, where, " has no model");

@@ -271,6 +271,9 @@ struct AudioSection : EncoderSection {
       Spec().key("tokenizer.strip_accents").null_unsets().in_fingerprint())                     \
   KEY(std::optional<bool>, tokenize_chinese_chars, {}, "unset: the folder's, else true",        \
       Spec().key("tokenizer.tokenize_chinese_chars").no_default().in_fingerprint())             \
+  KEY(std::string, prefix, {}, "put before every caption, such as e5's 'passage: '; empty: the " \
+      "folder's default prompt, if any",                                                        \
+      Spec().no_default().in_fingerprint().omitted_when_empty())                                \
   KEY(std::optional<int>, max_length, {}, "tokens per caption, [CLS] and [SEP] included",       \
       Spec().key("tokenizer.max_length").no_default().in_fingerprint()                          \
           .range(count(kMinTokenizerMaxLength, kMaxTokenizerMaxLength)                          \

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "encoders/bert/text_settings.hpp"
-#include "encoders/text/wordpiece_tokenizer.hpp"
+#include "encoders/text/unigram_tokenizer.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/media/audio_decoder.hpp"
 #include "pipeline/run_stats.hpp"
@@ -24,8 +24,10 @@ struct SamplePreparer::State {
   std::unique_ptr<VideoDecoderScheduler> video_decoders;
   AudioDecodeOptions audio_options;
   int64_t max_text_bytes = 0;
-  std::optional<WordPieceTokenizer> tokenizer;
-  std::string tokenizer_settings;  // its lower_case and vocabulary, for messages
+  std::shared_ptr<const TextTokenizer> tokenizer;
+  std::string prefix;  // text.prefix, put before every caption (Note [Caption prefixes])
+  size_t prefix_tokens = 0;  // the tokens of the prefix alone
+  std::string tokenizer_settings;  // what decides its pieces, for messages
 };
 
 SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&stats) {
@@ -41,11 +43,28 @@ SamplePreparer::SamplePreparer(const Config& config, RunStats& stats) : stats_(&
   if (state->text) {
     state->max_text_bytes = config.text.max_text_bytes;
     state->tokenizer = make_text_tokenizer(config.text);
-    state->tokenizer_settings = fmt::format(
-        "text.tokenizer.lower_case {}, text.tokenizer.vocab {}",
-        tokenizer_options(config.text).lower_case,
-        config.text.vocab.empty() ? "from the model folder " + config.text.encoder.path.string()
-                                  : config.text.vocab.string());
+    state->prefix = config.text.prefix;
+    if (!state->prefix.empty()) {
+      const TokenizedText alone = state->tokenizer->encode(state->prefix);
+      state->prefix_tokens = alone.ids.size() - 2;
+      const auto max_length = static_cast<size_t>(state->tokenizer->max_length());
+      PC_CHECK(!alone.truncated && alone.ids.size() + 1 <= max_length, ConfigError, "config key 'text.prefix' takes ", state->prefix_tokens,
+               " tokens, which leaves no room for the caption within text.tokenizer.max_length ",
+               state->tokenizer->max_length());
+    }
+    if (dynamic_cast<const UnigramTokenizer*>(state->tokenizer.get()) != nullptr) {
+      state->tokenizer_settings = fmt::format(
+          "the SentencePiece vocabulary of {}; a multilingual model's vocabulary covers most "
+          "scripts, so check that text.encoder.path is the model meant for these captions",
+          config.text.encoder.path.string());
+    } else {
+      state->tokenizer_settings = fmt::format(
+          "text.tokenizer.lower_case {}, text.tokenizer.vocab {}; check text.tokenizer.lower_case "
+          "and text.tokenizer.vocab",
+          tokenizer_options(config.text).lower_case,
+          config.text.vocab.empty() ? "from the model folder " + config.text.encoder.path.string()
+                                    : config.text.vocab.string());
+    }
   }
   state_ = std::move(state);
 }
@@ -70,8 +89,7 @@ void SamplePreparer::warn_about_unknown_tokens() const {
   if (tokens == 0 || static_cast<double>(unknown) <= kUnknownTokenShare * tokens) return;
   spdlog::warn("text: {:.1f}% of the caption tokens ({} of {}) are [UNK], words the vocabulary "
                "cannot spell: the vocabulary or the lower-casing does not fit these captions "
-               "({}); check text.tokenizer.lower_case and text.tokenizer.vocab (`precompute "
-               "tokenize --config FILE TEXT` shows a caption's tokens)",
+               "({}) (`precompute tokenize --config FILE TEXT` shows a caption's tokens)",
                100.0 * static_cast<double>(unknown) / static_cast<double>(tokens), unknown,
                tokens, state_->tokenizer_settings);
 }
@@ -194,13 +212,15 @@ PreparedSamplePtr SamplePreparer::operator()(const SampleSpec& spec,
                      FailureCategory::kBadText, "sample '", spec.id,
                      "': the caption is empty; give it text or leave 'text' out");
       int64_t invalid_bytes = 0;
-      auto tokens = s.tokenizer->encode(*spec.text, &invalid_bytes);
+      auto tokens = s.prefix.empty() ? s.tokenizer->encode(*spec.text, &invalid_bytes)
+                                     : s.tokenizer->encode(s.prefix + *spec.text, &invalid_bytes);
       if (invalid_bytes > 0) {
         stats_->invalid_utf8_texts.fetch_add(1, std::memory_order_relaxed);
         spdlog::debug("sample '{}': {} invalid UTF-8 byte(s) in the caption were replaced",
                       spec.id, invalid_bytes);
       }
-      PC_MEDIA_CHECK(tokens.ids.size() > 2, FailureCategory::kBadText, "sample '", spec.id,
+      PC_MEDIA_CHECK(tokens.ids.size() > 2 + s.prefix_tokens, FailureCategory::kBadText,
+                     "sample '", spec.id,
                      "': the caption has no tokens after clean-up (only control or invalid "
                      "characters)");
       const auto unknown = std::count(tokens.ids.begin() + 1, tokens.ids.end() - 1,

@@ -116,12 +116,16 @@ TEST(ModelFolder, RefusesModelsThatAreNotPlainBert) {
   const std::vector<Case> cases = {
       {R"({"model_type": "roberta"})",
        ": model_type 'roberta' is not supported; precompute's native encoder runs BERT-family "
-       "models (BERT, MiniLM, BGE/E5/GTE variants with model_type bert); export other models to "
-       "TorchScript and use encoder type torchscript"},
-      {R"({"model_type": "xlm-roberta"})", "model_type 'xlm-roberta' is not supported"},
+       "models (BERT, MiniLM, BGE/E5/GTE variants with model_type bert) and XLM-RoBERTa ones "
+       "(multilingual-e5, bge-m3, model_type xlm-roberta); export other models to TorchScript "
+       "and use encoder type torchscript"},
+      {R"({"model_type": "xlm-roberta", "architectures": ["BertModel"]})",
+       "architecture 'BertModel' with model_type 'xlm-roberta' is not supported"},
+      {R"({"model_type": "xlm-roberta", "pad_token_id": null})",
+       "XLM-RoBERTa needs a pad_token_id from 0 to 510"},
       {R"({"model_type": "distilbert"})", "model_type 'distilbert' is not supported"},
       {R"({"model_type": "bert", "architectures": ["JinaBertForMaskedLM"]})",
-       "architecture 'JinaBertForMaskedLM' is not supported"},
+       "architecture 'JinaBertForMaskedLM' with model_type 'bert' is not supported"},
       {R"({"model_type": "bert", "position_embedding_type": "relative_key"})",
        "position_embedding_type 'relative_key' (only absolute is) is not supported"},
       {R"({"model_type": "bert", "hidden_act": "swish"})",

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "encoders/bert/model_folder.hpp"
 #include "encoders/bert/text_settings.hpp"
 #include "pipeline/core/config.hpp"
 #include "pipeline/core/error.hpp"
@@ -47,6 +48,13 @@ TextSection text_section(const TokenizeOptions& o) {
     text.vocab = o.vocab;
   }
   if (o.cased) {
+    const bool unigram = text.encoder.type == EncoderType::kBert && text.vocab.empty() &&
+                         read_model_folder(text.encoder.path).tokenizer_kind ==
+                             TokenizerKind::kUnigram;
+    PC_CHECK(!unigram, ConfigError, "--cased applies to WordPiece (BERT) vocabularies; ",
+             text.encoder.path,
+             " has an XLM-RoBERTa tokenizer, which keeps case as its tokenizer.json says: drop "
+             "--cased");
     text.lower_case = false;
     text.strip_accents = false;
   }
@@ -74,7 +82,7 @@ std::vector<std::string> read_lines(const std::string& file) {
   return lines;
 }
 
-void print_one(const WordPieceTokenizer& tokenizer, const std::string& text, bool json) {
+void print_one(const TextTokenizer& tokenizer, const std::string& text, bool json) {
   int64_t invalid = 0;
   const auto tokens = tokenizer.encode(text, &invalid);
   std::vector<std::string> pieces;
@@ -98,7 +106,7 @@ void print_one(const WordPieceTokenizer& tokenizer, const std::string& text, boo
 }
 
 // Tokenizes every line on `threads` threads; prints lengths, truncation and throughput.
-void print_stats(const WordPieceTokenizer& tokenizer, const std::vector<std::string>& texts,
+void print_stats(const TextTokenizer& tokenizer, const std::vector<std::string>& texts,
                  int threads) {
   const auto n = texts.size();
   std::vector<int32_t> lengths(n);
@@ -138,7 +146,8 @@ void print_stats(const WordPieceTokenizer& tokenizer, const std::vector<std::str
 
 int tokenize(const TokenizeOptions& o) {
   const auto text = text_section(o);
-  const auto tokenizer = make_text_tokenizer(text);
+  const auto tokenizer_owner = make_text_tokenizer(text);
+  const TextTokenizer& tokenizer = *tokenizer_owner;
   std::vector<std::string> texts = o.texts;
   if (!o.file.empty()) {
     auto lines = read_lines(o.file);
@@ -167,11 +176,12 @@ CommandFn add_tokenize_command(CLI::App& app) {
       "tokenize", "Show the token ids and pieces of texts, as `run` tokenizes them");
   cmd->add_option("texts", o->texts, "Texts to tokenize (else --file, else standard input)");
   cmd->add_option("-c,--config", o->config, "Take the tokenizer of this config's text section");
-  cmd->add_option("--model", o->model, "A Hugging Face BERT folder");
+  cmd->add_option("--model", o->model, "A Hugging Face BERT or XLM-RoBERTa folder");
   cmd->add_option("--vocab", o->vocab, "A WordPiece vocab.txt");
   cmd->add_option("-f,--file", o->file, "Tokenize every line of this file");
-  cmd->add_flag("--cased", o->cased, "Keep case and accents");
-  cmd->add_option("--max-length", o->max_length, "Tokens per text, [CLS] and [SEP] included")
+  cmd->add_flag("--cased", o->cased, "Keep case and accents (WordPiece vocabularies)");
+  cmd->add_option("--max-length", o->max_length,
+                  "Tokens per text, [CLS] and [SEP] (or <s> and </s>) included")
       ->check(CLI::Range(kMinTokenizerMaxLength, kMaxTokenizerMaxLength));
   cmd->add_flag("--json", o->json, "One JSON object per text");
   cmd->add_flag("--stats", o->stats, "Only lengths, truncation and throughput of all texts");
