@@ -216,6 +216,8 @@ TEST(TarIndexTest, MemberKeySplitsAtTheFirstDotOfTheName) {
   EXPECT_EQ(member_key("x.y/z.mp4").key, "x.y/z");
   EXPECT_EQ(member_key("plain").key, "plain");
   EXPECT_EQ(member_key("plain").suffix, "");
+  EXPECT_EQ(member_key("trailing.").key, "trailing");  // a dot and nothing after it
+  EXPECT_EQ(member_key("trailing.").suffix, "");
 }
 
 TEST(TarShardsTest, BraceRangesKeepTheWidthAndListsExpandInOrder) {
