@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <string_view>
 #include <system_error>
@@ -478,9 +480,80 @@ bool pooling_excludes_prompt(const path& pooling_dir) {
   return !JsonFields(*json, quoted(pooling_dir / "config.json")).boolean("include_prompt", true);
 }
 
+// Note [Reading a folder once]
+// A run reads its text model folder several times at start-up (settings, tokenizer, encoder,
+// memory probe), and an XLM-R tokenizer.json is 17 MB of JSON with 250,002 pieces to index:
+// parsing it each time cost seconds. So a folder read is kept for the process, keyed by its path,
+// and used again while every file it was read from has the same size and modification time (a
+// folder rewritten in place is read again). Only folders read without error are kept.
+struct FileStamp {
+  path file;
+  std::uintmax_t size = 0;
+  std::filesystem::file_time_type modified{};
+  bool exists = false;
+
+  static FileStamp of(const path& file) {
+    FileStamp stamp{file};
+    std::error_code error;
+    stamp.exists = std::filesystem::is_regular_file(file, error);
+    if (stamp.exists) {
+      stamp.size = std::filesystem::file_size(file, error);
+      stamp.modified = std::filesystem::last_write_time(file, error);
+    }
+    return stamp;
+  }
+  bool unchanged() const {
+    const FileStamp now = of(file);
+    return now.exists == exists && now.size == size && now.modified == modified;
+  }
+};
+
+std::vector<FileStamp> stamps_of(const path& root, const ModelFolder& folder,
+                                 const std::optional<path>& pooling_dir) {
+  std::vector<path> files = {root / "modules.json", root / "config_sentence_transformers.json"};
+  for (const char* name : {"config.json", "tokenizer.json", "tokenizer_config.json",
+                           "sentence_bert_config.json", "vocab.txt"}) {
+    files.push_back(folder.dir / name);
+  }
+  if (pooling_dir) files.push_back(*pooling_dir / "config.json");
+  std::vector<FileStamp> stamps;
+  for (const path& file : files) stamps.push_back(FileStamp::of(file));
+  return stamps;
+}
+
+ModelFolder read_model_folder_files(const path& root, std::optional<path>& pooling_dir);
+
 }  // namespace
 
 ModelFolder read_model_folder(const path& root) {
+  struct Entry {
+    std::vector<FileStamp> stamps;
+    ModelFolder folder;
+  };
+  static std::mutex mutex;
+  static std::map<std::string, Entry> cache;
+  {
+    const std::lock_guard lock(mutex);
+    const auto it = cache.find(root.string());
+    if (it != cache.end() &&
+        std::all_of(it->second.stamps.begin(), it->second.stamps.end(),
+                    [](const FileStamp& s) { return s.unchanged(); })) {
+      return it->second.folder;
+    }
+  }
+  // Stamped after reading (the files to stamp are known then): a file rewritten during the read
+  // would be kept with its new stamp, which a model folder under a starting job never is.
+  std::optional<path> pooling_dir;
+  ModelFolder folder = read_model_folder_files(root, pooling_dir);
+  std::vector<FileStamp> stamps = stamps_of(root, folder, pooling_dir);
+  const std::lock_guard lock(mutex);
+  cache[root.string()] = Entry{std::move(stamps), folder};
+  return folder;
+}
+
+namespace {
+
+ModelFolder read_model_folder_files(const path& root, std::optional<path>& pooling_dir) {
   std::error_code ignored;
   PC_CHECK(std::filesystem::is_directory(root, ignored), ModelError, "the model folder ", root,
            " does not exist or is not a folder; give the folder save_pretrained wrote (with "
@@ -499,9 +572,10 @@ ModelFolder read_model_folder(const path& root) {
     folder.tokenizer_kind = TokenizerKind::kUnigram;
     folder.max_length_source =
         resolve_max_length(folder.dir, files, folder.config, folder.tokenizer);
-    // Read once here so that a tokenizer precompute cannot reproduce fails at start-up.
-    const UnigramTokenizer tokenizer =
-        read_unigram_tokenizer(folder.dir, folder.tokenizer.max_length, &*files.tokenizer);
+    // Read here, so that a tokenizer precompute cannot reproduce fails at start-up.
+    folder.unigram = std::make_shared<const UnigramTokenizer>(
+        read_unigram_tokenizer(folder.dir, folder.tokenizer.max_length, &*files.tokenizer));
+    const UnigramTokenizer& tokenizer = *folder.unigram;
     PC_CHECK(static_cast<int64_t>(tokenizer.vocab_size()) <= folder.config.vocab_size, ModelError,
              folder.dir / "tokenizer.json", " has ", tokenizer.vocab_size(),
              " pieces but config.json's vocab_size is ", folder.config.vocab_size,
@@ -523,6 +597,7 @@ ModelFolder read_model_folder(const path& root) {
         resolve_max_length(folder.dir, files, folder.config, folder.tokenizer);
   }
 
+  pooling_dir = modules.pooling_dir;
   if (modules.pooling_dir) {
     folder.pooling = read_pooling(*modules.pooling_dir, folder.config);
     folder.pooling_excludes_prompt = pooling_excludes_prompt(*modules.pooling_dir);
@@ -532,4 +607,5 @@ ModelFolder read_model_folder(const path& root) {
   return folder;
 }
 
+}  // namespace
 }  // namespace precompute

@@ -10,10 +10,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "encoders/text/unigram_tokenizer.hpp"
 #include "encoders/text/wordpiece_tokenizer.hpp"
 #include "pipeline/core/config.hpp"
 
@@ -62,6 +64,8 @@ struct ModelFolder {
   TokenizerKind tokenizer_kind = TokenizerKind::kWordPiece;
   // WordPiece: token by id, at most config.vocab_size tokens. Empty for a Unigram tokenizer.
   std::vector<std::string> vocab;
+  // Unigram: the tokenizer, cutting at tokenizer.max_length (with_max_length() for another).
+  std::shared_ptr<const UnigramTokenizer> unigram;
   // As BertTokenizerFast (and sentence-transformers, when it lower-cases itself) would tokenize;
   // max_length never exceeds config.max_sequence_length(). For a Unigram tokenizer only
   // max_length counts.
@@ -81,8 +85,9 @@ struct ModelFolder {
   std::string max_length_source;
 };
 
-// Reads and checks the model folder `dir`. Throws ModelError naming the file and the fix when the
-// folder is missing files, a file is damaged, or the model or its tokenizer, pooling or modules
+// Reads and checks the model folder `dir`. A folder read before in this process, whose files are
+// unchanged (size and modification time), is not read again (Note [Reading a folder once]).
+// Throws ModelError naming the file and the fix when the folder is missing files, a file is damaged, or the model or its tokenizer, pooling or modules
 // are not ones precompute's native encoder runs (BERT and XLM-RoBERTa; other architectures: use
 // a TorchScript export and encoder type torchscript).
 ModelFolder read_model_folder(const std::filesystem::path& dir);

@@ -146,7 +146,7 @@ std::shared_ptr<const TextTokenizer> make_text_tokenizer(const TextSection& text
   TokenizerOptions options = tokenizer_options(text);
   if (folder.tokenizer_kind == TokenizerKind::kUnigram) {
     return std::make_shared<const UnigramTokenizer>(
-        read_unigram_tokenizer(folder.dir, options.max_length));
+        folder.unigram->with_max_length(options.max_length));
   }
   options.max_chars_per_word = folder.tokenizer.max_chars_per_word;
   return std::make_shared<const WordPieceTokenizer>(std::move(folder.vocab), options);

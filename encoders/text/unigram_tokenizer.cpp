@@ -132,14 +132,15 @@ UnigramTokenizer::UnigramTokenizer(std::vector<UnigramPiece> pieces,
                                    std::optional<PrecompiledCharsmap> normalizer,
                                    std::vector<SpecialTextToken> specials,
                                    const UnigramOptions& options, const std::string& source)
-    : pieces_(std::move(pieces)),
-      normalizer_(std::move(normalizer)),
-      specials_(std::move(specials)),
-      options_(options) {
-  PC_CHECK(!pieces_.empty(), ModelError, source, " has no pieces");
-  PC_CHECK(pieces_.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), ModelError,
-           source, " has too many pieces (", pieces_.size(), ")");
-  const auto n = static_cast<int64_t>(pieces_.size());
+    : options_(options) {
+  auto model = std::make_shared<Model>();
+  model->pieces = std::move(pieces);
+  model->normalizer = std::move(normalizer);
+  model->specials = std::move(specials);
+  PC_CHECK(!model->pieces.empty(), ModelError, source, " has no pieces");
+  PC_CHECK(model->pieces.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+           ModelError, source, " has too many pieces (", model->pieces.size(), ")");
+  const auto n = static_cast<int64_t>(model->pieces.size());
   for (const auto& [name, id] : {std::pair{"unk", options_.unk_id},
                                  {"bos", options_.bos_id},
                                  {"eos", options_.eos_id},
@@ -147,7 +148,7 @@ UnigramTokenizer::UnigramTokenizer(std::vector<UnigramPiece> pieces,
     PC_CHECK(id >= 0 && id < n, ModelError, source, ": the ", name, " token's id ", id,
              " is not one of its ", n, " pieces");
   }
-  for (const SpecialTextToken& special : specials_) {
+  for (const SpecialTextToken& special : model->specials) {
     PC_CHECK(!special.text.empty() && special.id >= 0 && special.id < n, ModelError, source,
              ": special token '", special.text, "' (id ", special.id, ") is not one of its ", n,
              " pieces");
@@ -156,9 +157,18 @@ UnigramTokenizer::UnigramTokenizer(std::vector<UnigramPiece> pieces,
            ": the maximum sequence length must be at least 2 (for <s> and </s>); got ",
            options_.max_length);
   double min_score = std::numeric_limits<double>::infinity();
-  for (const UnigramPiece& piece : pieces_) min_score = std::min(min_score, piece.score);
-  unk_score_ = min_score - kUnknownPenalty;
-  trie_.build(pieces_);
+  for (const UnigramPiece& piece : model->pieces) min_score = std::min(min_score, piece.score);
+  model->unk_score = min_score - kUnknownPenalty;
+  model->trie.build(model->pieces);
+  model_ = std::move(model);
+}
+
+UnigramTokenizer UnigramTokenizer::with_max_length(int max_length) const {
+  PC_CHECK(max_length >= 2, ModelError,
+           "the maximum sequence length must be at least 2 (for <s> and </s>); got ", max_length);
+  UnigramTokenizer copy = *this;
+  copy.options_.max_length = max_length;
+  return copy;
 }
 
 bool UnigramTokenizer::append_word(std::string_view word, std::vector<int32_t>& out,
@@ -174,9 +184,9 @@ bool UnigramTokenizer::append_word(std::string_view word, std::vector<int32_t>& 
     size_t char_bytes = 1;
     while (at + char_bytes < size && is_utf8_continuation(word[at + char_bytes])) ++char_bytes;
     bool has_single = false;
-    trie_.prefixes(word.substr(at), [&](size_t length, int32_t id) {
+    model_->trie.prefixes(word.substr(at), [&](size_t length, int32_t id) {
       const size_t end = at + length;
-      const double candidate = pieces_[static_cast<size_t>(id)].score + till_here;
+      const double candidate = model_->pieces[static_cast<size_t>(id)].score + till_here;
       if (lattice.start[end] < 0 || candidate > lattice.score[end]) {
         lattice.score[end] = candidate;
         lattice.start[end] = static_cast<int64_t>(at);
@@ -186,7 +196,7 @@ bool UnigramTokenizer::append_word(std::string_view word, std::vector<int32_t>& 
     });
     if (!has_single) {
       const size_t end = at + char_bytes;
-      const double candidate = unk_score_ + till_here;
+      const double candidate = model_->unk_score + till_here;
       if (lattice.start[end] < 0 || candidate > lattice.score[end]) {
         lattice.score[end] = candidate;
         lattice.start[end] = static_cast<int64_t>(at);
@@ -214,7 +224,7 @@ bool UnigramTokenizer::append_word(std::string_view word, std::vector<int32_t>& 
   }
   if (unknown_end != std::string_view::npos) lattice.tokens.emplace_back(0, unknown_end);
   for (auto it = lattice.tokens.rbegin(); it != lattice.tokens.rend(); ++it) {
-    const int32_t id = trie_.find(word.substr(it->first, it->second - it->first));
+    const int32_t id = model_->trie.find(word.substr(it->first, it->second - it->first));
     out.push_back(id >= 0 ? id : options_.unk_id);
   }
   if (out.size() > limit) {
@@ -227,8 +237,8 @@ bool UnigramTokenizer::append_word(std::string_view word, std::vector<int32_t>& 
 bool UnigramTokenizer::append_segment(std::string_view text, std::vector<int32_t>& out,
                                       size_t limit) const {
   std::string normalized;
-  if (normalizer_) {
-    normalized = normalizer_->normalize(text);
+  if (model_->normalizer) {
+    normalized = model_->normalizer->normalize(text);
     text = normalized;
   }
   const auto* data = reinterpret_cast<const unsigned char*>(text.data());
@@ -297,10 +307,10 @@ bool UnigramTokenizer::append_ids(std::string_view text, std::vector<int32_t>& o
   };
   size_t segment_start = 0;
   size_t search_from = 0;
-  while (!specials_.empty()) {
+  while (!model_->specials.empty()) {
     size_t best_at = std::string_view::npos;
     const SpecialTextToken* best = nullptr;
-    for (const SpecialTextToken& special : specials_) {
+    for (const SpecialTextToken& special : model_->specials) {
       const size_t at = text.find(special.text, search_from);
       if (at == std::string_view::npos) continue;
       if (at < best_at || (at == best_at && special.text.size() > best->text.size())) {
@@ -343,7 +353,7 @@ std::vector<std::string> UnigramTokenizer::tokenize(std::string_view text) const
   append_ids(valid, ids, std::numeric_limits<size_t>::max());
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
-  for (const int32_t id : ids) tokens.push_back(pieces_[static_cast<size_t>(id)].text);
+  for (const int32_t id : ids) tokens.push_back(model_->pieces[static_cast<size_t>(id)].text);
   return tokens;
 }
 

@@ -5,9 +5,10 @@
 // tests/python/test_unigram_parity.py checks it against transformers on a multi-script corpus).
 //
 // Thread-safety: immutable after construction; encode() and tokenize() may be called from many
-// threads at once. Copies are independent.
+// threads at once. Copies share the (immutable) pieces, so they are cheap.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,12 +49,15 @@ class UnigramTokenizer final : public TextTokenizer {
                    std::vector<SpecialTextToken> specials, const UnigramOptions& options,
                    const std::string& source);
 
+  // The same tokenizer cutting at another length (>= 2).
+  UnigramTokenizer with_max_length(int max_length) const;
+
   TokenizedText encode(std::string_view text, int64_t* invalid_utf8_bytes = nullptr) const override;
   std::vector<std::string> tokenize(std::string_view text) const override;
   const std::string& token(int32_t id) const override {
-    return pieces_.at(static_cast<size_t>(id)).text;
+    return model_->pieces.at(static_cast<size_t>(id)).text;
   }
-  size_t vocab_size() const override { return pieces_.size(); }
+  size_t vocab_size() const override { return model_->pieces.size(); }
   int32_t pad_id() const override { return options_.pad_id; }
   int32_t unk_id() const override { return options_.unk_id; }
   int max_length() const override { return options_.max_length; }
@@ -88,12 +92,17 @@ class UnigramTokenizer final : public TextTokenizer {
   // Appends the ids of the whole text, special tokens included; false when cut at `limit`.
   bool append_ids(std::string_view text, std::vector<int32_t>& out, size_t limit) const;
 
-  std::vector<UnigramPiece> pieces_;
-  PieceTrie trie_;
-  std::optional<PrecompiledCharsmap> normalizer_;
-  std::vector<SpecialTextToken> specials_;
+  // What does not depend on the options but the ids: shared by copies.
+  struct Model {
+    std::vector<UnigramPiece> pieces;
+    PieceTrie trie;
+    std::optional<PrecompiledCharsmap> normalizer;
+    std::vector<SpecialTextToken> specials;
+    double unk_score = 0;
+  };
+
+  std::shared_ptr<const Model> model_;
   UnigramOptions options_;
-  double unk_score_ = 0;
 };
 
 }  // namespace precompute

@@ -213,3 +213,44 @@ def test_a_prefix_is_refused_where_pooling_leaves_the_prompt_out(binary, e5_like
     _, result = run_text(binary, tmp_path, folder, ["hello"], "excluded", expect=2,
                          prefix="query: ")
     assert "include_prompt false" in result.stderr
+
+
+def edited_copy(folder, tmp_path, name, file, edit):
+    import shutil
+    copy = tmp_path / name
+    shutil.copytree(folder, copy)
+    path = copy / file
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return copy
+
+
+@pytest.mark.parametrize("name, file, edit, fragments", [
+    ("other-class", "tokenizer_config.json",
+     lambda d: d.update(tokenizer_class="CamembertTokenizer"),
+     ["tokenizer_class \"CamembertTokenizer\"", "XLMRobertaTokenizer"]),
+    ("byte-fallback", "tokenizer.json", lambda d: d["model"].update(byte_fallback=True),
+     ["byte_fallback true is not supported"]),
+    ("no-pieces", "tokenizer.json", lambda d: d["model"].update(vocab=[]),
+     ["has no vocab"]),
+    ("bad-piece", "tokenizer.json", lambda d: d["model"]["vocab"].__setitem__(7, ["x"]),
+     ["vocab entry 7", "is not a [piece, score] pair"]),
+    ("bad-charsmap", "tokenizer.json",
+     lambda d: d["normalizer"].update(precompiled_charsmap="not base64!"),
+     ["precompiled_charsmap is not valid base64"]),
+    ("normalized-added", "tokenizer_config.json",
+     lambda d: d["added_tokens_decoder"]["0"].update(normalized=True),
+     ["added token '<s>' with normalized or single_word true is not supported"]),
+    ("foreign-eos", "tokenizer_config.json", lambda d: d.update(eos_token="[SEP]"),
+     ["the eos token '[SEP]'", "is not in the vocabulary"]),
+    ("small-model", "config.json", lambda d: d.update(vocab_size=100),
+     ["pieces but config.json's vocab_size is 100"]),
+])
+def test_folders_it_cannot_reproduce_are_refused(binary, e5_like, tmp_path, name, file, edit,
+                                                 fragments):
+    folder = edited_copy(e5_like, tmp_path, name, file, edit)
+    _, result = run_text(binary, tmp_path, folder, ["hello"], f"{name}-out", expect=2)
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr[-1500:])
+    assert str(folder) in result.stderr

@@ -1,10 +1,20 @@
 #!/usr/bin/env python3
 """Text embedding throughput of precompute against what a user would run today in Python, in one
-run on one GPU, with a randomly initialised BERT-base (speed does not depend on the weights).
+run on one GPU, with a randomly initialised BERT-base (speed does not depend on the weights), or
+with --model xlmr a randomly initialised multilingual-e5-base-sized XLM-RoBERTa.
 
     python3 tools/bench/text_throughput.py [--build build-gpu]              # the GPU benchmark
     .venv/bin/python tools/bench/text_throughput.py --device cpu --short 200 --long 20 \\
         --build build                                                      # smoke test on CPU
+    python3 tools/bench/text_throughput.py --model xlmr --xlmr-tokenizer DIR   # multilingual
+
+--model xlmr: XLM-RoBERTa base (12 x 768, 250,002 pieces, positions from 2) with the tokenizer
+folder DIR that `python tools/scripts/xlmr_test_folders.py --sized OUT` writes to OUT/sized (a
+SentencePiece Unigram model trained on generated captions, grown to XLM-R's vocabulary size; made
+on a machine with the sentencepiece package, then copied); captions in 11 scripts from
+tools/scripts/make_multilingual_corpus.py (short: one sentence or a mix of 2-4 scripts; long:
+100-250 words of mixed scripts). Every baseline reads the folder with transformers'
+AutoTokenizer / AutoModel.
 
 1. Data (fixed seed): a vocabulary of 20,000 random lowercase words of 2-9 letters plus [PAD]
    [UNK] [CLS] [SEP] [MASK]; a random BERT-base (transformers BertModel, safetensors) with its
@@ -27,6 +37,7 @@ code is 1 when any step failed, 0 otherwise (missed targets are reported, not fa
 """
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -49,6 +60,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "tools" / "scripts"))
 import precompute_run  # noqa: E402  runs precompute and reads its summary
 from precompute_run import binary_env  # noqa: E402  the GPU build's environment
 
@@ -68,45 +80,81 @@ def log(msg: str) -> None:
 # 1. Data and model
 # ------------------------------------------------------------------------------------------------
 
-def make_data(work: Path, n_short: int, n_long: int, seed: int, max_length: int) -> dict:
+def make_data(work: Path, n_short: int, n_long: int, seed: int, max_length: int,
+              model: str = "bert", xlmr_tokenizer: Path = None) -> dict:
     """Writes the model folder and the two manifests under `work`; reuses them when a previous
     run with the same parameters left them complete."""
     params = {"n_short": n_short, "n_long": n_long, "seed": seed, "max_length": max_length,
               "vocab_words": 20000, "version": 2}
-    model_dir, stamp = work / "bert-random", work / "data.json"
-    paths = {"model_dir": model_dir, "short": work / "short.jsonl", "long": work / "long.jsonl"}
+    if model == "xlmr":
+        params["model"] = model
+        params["tokenizer"] = hashlib.sha256(
+            (xlmr_tokenizer / "tokenizer.json").read_bytes()).hexdigest()
+    # BERT's names are the ones the other benchmarks and scripts read.
+    suffix = "" if model == "bert" else "-xlmr"
+    model_dir = work / ("bert-random" if model == "bert" else "xlmr-random")
+    stamp = work / f"data{suffix}.json"
+    paths = {"model_dir": model_dir, "short": work / f"short{suffix}.jsonl",
+             "long": work / f"long{suffix}.jsonl"}
     rng = random.Random(seed)
-    words = set()
-    while len(words) < params["vocab_words"]:
-        words.add("".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 9))))
-    words = sorted(words)
-    short = [" ".join(rng.choices(words, k=max(3, int(rng.gauss(12, 5)))))
-             for _ in range(n_short)]
-    long_ = [" ".join(rng.choices(words, k=rng.randint(100, 250))) for _ in range(n_long)]
+    if model == "bert":
+        words = set()
+        while len(words) < params["vocab_words"]:
+            words.add("".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 9))))
+        words = sorted(words)
+        short = [" ".join(rng.choices(words, k=max(3, int(rng.gauss(12, 5)))))
+                 for _ in range(n_short)]
+        long_ = [" ".join(rng.choices(words, k=rng.randint(100, 250))) for _ in range(n_long)]
+        n_vocab = len(words) + len(SPECIALS)
+    else:
+        import make_multilingual_corpus
+        maker = make_multilingual_corpus.Maker(seed)
+        scripts = sorted(make_multilingual_corpus.WORDS)
+        short = [maker.sentence(rng.choice(scripts)) if rng.random() < 0.7 else maker.mixed()
+                 for _ in range(n_short)]
+        long_ = []
+        for _ in range(n_long):
+            target, words = rng.randint(100, 250), []
+            while len(words) < target:
+                words += maker.sentence(rng.choice(scripts)).split()
+            long_.append(" ".join(words[:target]))
+        n_vocab = len(json.loads((xlmr_tokenizer / "tokenizer.json").read_text())["model"]
+                      ["vocab"])
     texts = {"short": short, "long": long_}
-    n_vocab = len(words) + len(SPECIALS)
     reuse = (stamp.exists() and json.loads(stamp.read_text()) == params
              and (model_dir / "model.safetensors").exists()
              and all(paths[k].exists() for k in ("short", "long")))
     if reuse:
         try:
-            check_tokenizer(model_dir, n_vocab, short[:100] + long_[:10])
+            check_tokenizer(model_dir, n_vocab, short[:100] + long_[:10], model)
         except RuntimeError as e:
             log(f"regenerating the model folder: {e}")
             reuse = False
     if not reuse:
         import torch
-        from transformers import BertConfig, BertModel
         if stamp.exists():
             stamp.unlink()
         shutil.rmtree(model_dir, ignore_errors=True)
         model_dir.mkdir(parents=True)
-        (model_dir / "vocab.txt").write_text("\n".join(SPECIALS + words) + "\n")
         torch.manual_seed(seed)
-        cfg = BertConfig(vocab_size=len(words) + len(SPECIALS))
-        BertModel(cfg).save_pretrained(model_dir, safe_serialization=True)
-        make_tokenizer(model_dir / "vocab.txt", max_length).save_pretrained(model_dir)
-        check_tokenizer(model_dir, n_vocab, short[:100] + long_[:10])
+        if model == "bert":
+            from transformers import BertConfig, BertModel
+            (model_dir / "vocab.txt").write_text("\n".join(SPECIALS + words) + "\n")
+            cfg = BertConfig(vocab_size=len(words) + len(SPECIALS))
+            BertModel(cfg).save_pretrained(model_dir, safe_serialization=True)
+            make_tokenizer(model_dir / "vocab.txt", max_length).save_pretrained(model_dir)
+        else:
+            from transformers import XLMRobertaConfig, XLMRobertaModel
+            for name in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(xlmr_tokenizer / name, model_dir / name)
+            # multilingual-e5-base's shape.
+            cfg = XLMRobertaConfig(vocab_size=n_vocab, hidden_size=768, num_hidden_layers=12,
+                                   num_attention_heads=12, intermediate_size=3072,
+                                   max_position_embeddings=514, type_vocab_size=1,
+                                   layer_norm_eps=1e-5, pad_token_id=1)
+            XLMRobertaModel(cfg, add_pooling_layer=False).save_pretrained(
+                model_dir, safe_serialization=True)
+        check_tokenizer(model_dir, n_vocab, short[:100] + long_[:10], model)
         for name in ("short", "long"):
             with open(paths[name], "w") as f:
                 for i, t in enumerate(texts[name]):
@@ -134,15 +182,18 @@ def make_tokenizer(vocab: Path, max_length: int):
     return tok
 
 
-def check_tokenizer(model_dir: Path, n_vocab: int, sample) -> None:
-    """The saved tokenizer, as every baseline loads it, knows every word of the texts."""
-    from transformers import BertTokenizerFast
-    tok = BertTokenizerFast.from_pretrained(str(model_dir))
+def check_tokenizer(model_dir: Path, n_vocab: int, sample, model: str = "bert") -> None:
+    """The saved tokenizer, as every baseline loads it, knows every word of the texts (BERT's
+    vocabulary is made of them; the XLM-R one is trained on the same generator's captions, which
+    leaves an occasional unknown character)."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
     if len(tok.get_vocab()) != n_vocab:
         raise RuntimeError(f"the tokenizer saved in {model_dir} has {len(tok.get_vocab())} "
                            f"tokens, expected {n_vocab}")
-    unk = sum(i == tok.unk_token_id for ids in tok(sample)["input_ids"] for i in ids)
-    if unk:
+    ids = [i for row in tok(sample)["input_ids"] for i in row]
+    unk = sum(i == tok.unk_token_id for i in ids)
+    if (model == "bert" and unk) or unk > 0.01 * len(ids):
         raise RuntimeError(f"the tokenizer saved in {model_dir} maps {unk} words of the sample "
                            "to [UNK]")
 
@@ -191,9 +242,11 @@ def bench_sentence_transformers(model_dir: Path, texts: dict, sub: dict, args) -
     st = SentenceTransformer(modules=[models.Transformer(str(model_dir),
                                                         max_seq_length=args.max_length),
                                       models.Pooling(768, "mean")], device=args.device)
+    res_model = type(st[0].auto_model).__name__
     if gpu:
         st.half()
-    res = {"dtype": "float16" if gpu else "float32", "batch_size": args.st_batch}
+    res = {"dtype": "float16" if gpu else "float32", "batch_size": args.st_batch,
+           "model_class": res_model}
     for name, data in texts.items():
         st.encode(data[:args.warmup], batch_size=args.st_batch, show_progress_bar=False,
                   convert_to_tensor=True)
@@ -247,17 +300,18 @@ def embed_loop(model, tok, data, device: str, budget: int, max_length: int):
 
 
 def load_bert(model_dir: Path, device: str, dtype):
-    from transformers import BertModel
-    return BertModel.from_pretrained(str(model_dir), dtype=dtype,
+    """BertModel or XLMRobertaModel, as the folder's config.json says."""
+    from transformers import AutoModel
+    return AutoModel.from_pretrained(str(model_dir), dtype=dtype,
                                      attn_implementation="sdpa").to(device).eval()
 
 
 def bench_loop(model_dir: Path, texts: dict, sub: dict, args) -> dict:
     import torch
-    from transformers import BertTokenizerFast
+    from transformers import AutoTokenizer
     gpu = args.device.startswith("cuda")
     dtype = torch.bfloat16 if gpu else torch.float32
-    tok = BertTokenizerFast.from_pretrained(str(model_dir))
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = load_bert(model_dir, args.device, dtype)
     res = {"dtype": str(dtype).replace("torch.", ""), "token_budget": args.loop_budget}
     for name, data in texts.items():
@@ -295,12 +349,13 @@ def bench_loop(model_dir: Path, texts: dict, sub: dict, args) -> dict:
 
 
 def reference(model_dir: Path, sub_texts: dict, args) -> dict:
-    """transformers BertModel in float32 (no TF32), mean pooling: the quality reference."""
+    """transformers BertModel (XLMRobertaModel) in float32 (no TF32), mean pooling: the quality
+    reference."""
     import torch
-    from transformers import BertTokenizerFast
+    from transformers import AutoTokenizer
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    tok = BertTokenizerFast.from_pretrained(str(model_dir))
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = load_bert(model_dir, args.device, torch.float32)
     out = {name: embed_loop(model, tok, data, args.device, 16384, args.max_length).cpu()
            for name, data in sub_texts.items()}
@@ -405,8 +460,10 @@ def bench_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, 
             "device": args.device, "dtype": args.dtype, "batch_size": args.batch_size,
             "max_batch_tokens": args.max_batch_tokens, "pooling": "mean"}
     # The vocabulary is named although a bert folder has its own, so that the config is also
-    # valid for encoder type torchscript (and for builds that need it named).
-    text["tokenizer"] = {"vocab": str(model_dir / "vocab.txt")}
+    # valid for encoder type torchscript (and for builds that need it named); an XLM-R folder's
+    # tokenizer is its tokenizer.json, and naming a vocab.txt for it is refused.
+    text["tokenizer"] = ({"vocab": str(model_dir / "vocab.txt")} if args.model == "bert"
+                         else {})
     if args.max_length:
         text["tokenizer"]["max_length"] = args.max_length
     for kv in args.text_option:
@@ -666,8 +723,9 @@ def report(r: dict, args) -> str:
             if v is not None:
                 row(f"{name}: cosine min, {label} vs float32 (for reference)", f"{v:.6f}",
                     "", "", "")
+    model_name = "XLM-R base" if args.model == "xlmr" else "BERT-base"
     for shape, res in (loop.get("model_only") or {}).items():
-        row(f"BERT-base alone {shape} ({loop.get('dtype', '')})",
+        row(f"{model_name} alone {shape} ({loop.get('dtype', '')})",
             f"{res['seq_per_s']:,.0f} seq/s ({res['tflops']:.0f} TFLOP/s)", "", "", "")
     for name in ("short", "long"):
         for label, d in (("sentence-transformers", st), ("tuned loop", loop)):
@@ -697,6 +755,12 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (smoke test)")
+    p.add_argument("--model", choices=["bert", "xlmr"], default="bert",
+                   help="bert: BERT-base, English-like words; xlmr: XLM-RoBERTa base, captions "
+                        "in 11 scripts (needs --xlmr-tokenizer)")
+    p.add_argument("--xlmr-tokenizer", type=Path, default=ROOT / "bench-data" / "xlmr-tokenizer",
+                   help="--model xlmr: the folder tools/scripts/xlmr_test_folders.py --sized "
+                        "wrote (tokenizer.json, tokenizer_config.json)")
     p.add_argument("--short", type=int, default=100_000, help="short captions")
     p.add_argument("--long", type=int, default=10_000, help="long texts")
     p.add_argument("--seed", type=int, default=0)
@@ -790,7 +854,7 @@ def main() -> int:
     log(f"env: {env}")
 
     data = step("data", lambda: make_data(args.work, args.short, args.long, args.seed,
-                                          args.max_length))
+                                          args.max_length, args.model, args.xlmr_tokenizer))
     if data is None:
         print(report(r, args))
         return 1

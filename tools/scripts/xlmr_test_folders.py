@@ -13,9 +13,13 @@ one and puts <s> <pad> </s> <unk> first and <mask> last). Then:
   a Metaspace-only pre-tokenizer, <mask> with lstrip, the .model beside it, a minimal
   tokenizer_config.json);
 * e5_folder: a saved folder whose tokenizer_config.json lists added_tokens_decoder (<mask> with
-  lstrip) and whose config.json names XLMRobertaModel, as multilingual-e5's do.
+  lstrip) and whose config.json names XLMRobertaModel, as multilingual-e5's do;
+* sized_folder: a saved folder whose vocabulary is grown to XLM-R's 250,002 pieces (the trained
+  ones, then pieces made of two to four of them, scored like real ones), for benchmarks: a
+  tokenizer of the real size, a model whose embedding table has the real size.
 
     python tools/scripts/xlmr_test_folders.py OUT_DIR   # writes OUT_DIR/{saved,published,e5}
+    python tools/scripts/xlmr_test_folders.py --sized OUT_DIR   # OUT_DIR/sized (the benchmark's)
 """
 
 import json
@@ -123,9 +127,44 @@ def e5_folder(model_file: Path, out: Path) -> Path:
     return folder
 
 
+def sized_folder(model_file: Path, out: Path, vocab_size: int = 250_002, seed: int = 11) -> Path:
+    """saved_folder with the vocabulary grown to `vocab_size` pieces (<mask> stays last)."""
+    folder = saved_folder(model_file, out)
+    path = folder / "tokenizer.json"
+    tokenizer = json.load(open(path, encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    mask = vocab.pop()
+    assert mask[0] == "<mask>", mask
+    rng = random.Random(seed)
+    real = [(piece, score) for piece, score in vocab[4:] if piece != "\u2581"]
+    scores = sorted(score for _, score in real)
+    seen = {piece for piece, _ in vocab}
+    while len(vocab) < vocab_size - 1:
+        parts = rng.choices(real, k=rng.randint(2, 4))
+        piece = parts[0][0] + "".join(p.lstrip("\u2581") for p, _ in parts[1:])
+        if piece in seen:
+            continue
+        seen.add(piece)
+        vocab.append([piece, rng.choice(scores) - rng.random()])
+    vocab.append(mask)
+    for added in tokenizer["added_tokens"]:
+        if added["content"] == "<mask>":
+            added["id"] = len(vocab) - 1
+    json.dump(tokenizer, open(path, "w", encoding="utf-8"), ensure_ascii=False)
+    config = json.load(open(folder / "config.json"))
+    config["vocab_size"] = len(vocab)
+    json.dump(config, open(folder / "config.json", "w"), indent=2)
+    return folder
+
+
 def main():
-    out = Path(sys.argv[1])
+    args = sys.argv[1:]
+    sized = args[:1] == ["--sized"]
+    out = Path(args[-1])
     model_file = train_unigram(out / "spm")
+    if sized:
+        print(sized_folder(model_file, out / "sized"))
+        return
     saved_folder(model_file, out / "saved")
     published_folder(model_file, out / "published")
     e5_folder(model_file, out / "e5")
