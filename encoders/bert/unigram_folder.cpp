@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <sstream>
 
 #include "encoders/bert/json_file.hpp"
@@ -111,7 +110,6 @@ UnigramTokenizer read_unigram_tokenizer(const path& dir, int max_length,
            ModelError, where, ": the Unigram model has no vocab ([piece, score] pairs)");
   std::vector<UnigramPiece> pieces;
   pieces.reserve(model.at("vocab").size());
-  std::map<std::string, int32_t> ids;
   for (const Json& entry : model.at("vocab")) {
     const bool pair = entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
                       entry[1].is_number();
@@ -120,15 +118,16 @@ UnigramTokenizer read_unigram_tokenizer(const path& dir, int max_length,
     UnigramPiece piece{entry[0].get<std::string>(), entry[1].get<double>()};
     PC_CHECK(std::isfinite(piece.score), ModelError, where, ": piece '", piece.text,
              "' has a score that is not a finite number");
-    ids[piece.text] = static_cast<int32_t>(pieces.size());  // a repeated piece: the later id
     pieces.push_back(std::move(piece));
   }
+  // A handful of lookups: a scan from the end finds the later id of a repeated piece, as the
+  // library's table keeps it.
   const auto id_of = [&](const std::string& text, const char* role) {
-    const auto it = ids.find(text);
-    PC_CHECK(it != ids.end(), ModelError, where, ": the ", role, " token '", text,
-             "' (from ", config_where,
+    for (size_t i = pieces.size(); i-- > 0;) {
+      if (pieces[i].text == text) return static_cast<int32_t>(i);
+    }
+    PC_THROW(ModelError, where, ": the ", role, " token '", text, "' (from ", config_where,
              ") is not in the vocabulary; the tokenizer files do not belong together");
-    return it->second;
   };
 
   UnigramOptions options;

@@ -50,14 +50,13 @@ struct Lattice {
 // PieceTrie
 
 void UnigramTokenizer::PieceTrie::build(const std::vector<UnigramPiece>& pieces) {
-  std::vector<int32_t> order;
+  std::vector<std::pair<std::string_view, int32_t>> sorted;
+  sorted.reserve(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if (!pieces[i].text.empty()) order.push_back(static_cast<int32_t>(i));
+    if (!pieces[i].text.empty()) sorted.emplace_back(pieces[i].text, static_cast<int32_t>(i));
   }
   // Equal pieces stay in id order, so the last of them (the id the library keeps) ends a run.
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return pieces[static_cast<size_t>(a)].text < pieces[static_cast<size_t>(b)].text;
-  });
+  std::sort(sorted.begin(), sorted.end());
   nodes_.assign(1, Node{});
   edge_bytes_.clear();
   edge_targets_.clear();
@@ -65,16 +64,14 @@ void UnigramTokenizer::PieceTrie::build(const std::vector<UnigramPiece>& pieces)
     uint32_t node;
     size_t lo, hi, depth;
   };
-  std::deque<Work> work{{0, 0, order.size(), 0}};
-  const auto text_of = [&](size_t k) -> const std::string& {
-    return pieces[static_cast<size_t>(order[k])].text;
-  };
+  std::deque<Work> work{{0, 0, sorted.size(), 0}};
+  const auto text_of = [&](size_t k) { return sorted[k].first; };
   while (!work.empty()) {
     const Work w = work.front();
     work.pop_front();
     size_t k = w.lo;
     while (k < w.hi && text_of(k).size() == w.depth) {
-      nodes_[w.node].id = order[k];
+      nodes_[w.node].id = sorted[k].second;
       ++k;
     }
     nodes_[w.node].first_edge = static_cast<uint32_t>(edge_bytes_.size());
