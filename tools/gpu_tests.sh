@@ -14,7 +14,8 @@
 #    when that folder is there, else says it did not;
 # 5. runs tests/gpu/pt2_parity.py on the same clips: .pt2 encoders compiled for cuda;
 # 6. runs tests/gpu/export_recipes_cuda.py: the audio and torchvision export recipes compiled
-#    for cuda in float32 and float16 against their own modules run eagerly.
+#    for cuda in float32 and float16, run by precompute on cuda, against the recipes' own
+#    modules run eagerly (audio) and the CPU package run by precompute (torchvision).
 # Logs in $OUT (default /tmp/out). Exit 1 when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -90,8 +91,10 @@ if [ -d bench-data/parity ]; then
   echo "pt2_parity: $(grep -c '"ok": true' "$OUT/pt2_parity.log") checks passed"
 fi
 echo "==== export recipes on cuda ===="
+# The exporter compiles with the machine's libraries; the script runs the binary with its own.
 LD_LIBRARY_PATH=$machine_library_path \
-  "$python" tests/gpu/export_recipes_cuda.py --work /tmp/export-cuda \
+  "$python" tests/gpu/export_recipes_cuda.py --binary build-gpu/tools/cli/precompute \
+  --clips bench-data/parity --work /tmp/export-cuda \
   > "$OUT/export_recipes_cuda.log" 2>&1 || status=1
 grep -v '"ok": true' "$OUT/export_recipes_cuda.log" | grep '^{' | tail -n 20
 echo "export_recipes_cuda: $(grep -c '"ok": true' "$OUT/export_recipes_cuda.log") checks passed"

@@ -1,16 +1,30 @@
-"""The export recipes compiled for CUDA (needs a GPU): `python -m precompute.export RECIPE FOLDER
-OUT.pt2 --device cuda --dtype D` for wav2vec2, hubert and whisper-encoder (random-weight models
-from transformers' config classes, no download) and torchvision resnet18 (random weights saved
-as a state_dict file), in
-float32 and float16. Each package, loaded on cuda, must return what the recipe's own module
-returns eagerly on the same device and dtype for the same batch (per row cosine >= 0.9999 in
-float32, >= 0.999 in float16; max abs difference reported), while rows of different inputs stay
-apart (so the measure can fail). Whisper's package computes its log-mel front end with PyTorch's
-STFT, which AOTInductor calls as an ATen kernel: this is where CUDA could differ from the CPU,
-which tests/python/test_export_audio_recipes.py covers. Prints one JSON line per check; exit 1
-when any fails. Usage (from the repository root):
+"""The export recipes compiled for CUDA, checked through `precompute run` (needs a GPU).
 
-  python3 tests/gpu/export_recipes_cuda.py --work /tmp/export-cuda
+`python -m precompute.export RECIPE FOLDER OUT.pt2 --device cuda --dtype D` for wav2vec2, hubert
+and whisper-encoder (random-weight models from transformers' config classes, no download) and
+torchvision resnet18 (random weights saved as a state_dict file), in float32 and float16. The
+packages are loaded the way users load them, by `precompute run` on cuda (PyTorch 2.11's own
+Python loader, torch._inductor.aoti_load_package, crashes on CUDA packages, so it is not the
+reference here):
+
+* audio: two WAV clips (12 s and 3 s, 16 kHz); every stored window row must be what the recipe's
+  own module, run eagerly on cuda in the same dtype, returns for the same window (the decoded
+  samples, zero-padded to the package's window_s, with their lengths): per row cosine >= 0.9999
+  in float32, >= 0.999 in float16, while rows of different windows stay apart (so the measure
+  can fail). Whisper's package computes its log-mel front end with PyTorch's STFT, which
+  AOTInductor calls as an ATen kernel: this is where CUDA could differ from the CPU, which
+  tests/python/test_export_audio_recipes.py covers.
+* torchvision: the clips of --clips (tools/bench/make_video_clips.sh parity) through the cuda
+  package must store what the same recipe compiled for the CPU stores on the CPU (which
+  tests/python/test_export_torchvision.py checks against the eager model), per clip.
+
+Prints one JSON line per check; exit 1 when any fails. --device cpu runs the same checks with
+packages compiled for the CPU (the torchvision one then compares the CPU package with itself),
+to try the script where there is no GPU. Usage (from the repository root; the binary's
+libraries come from its build's precompute-env.sh):
+
+  python3 tests/gpu/export_recipes_cuda.py --binary build-gpu/tools/cli/precompute \\
+      --clips bench-data/parity --work /tmp/export-cuda
 """
 import argparse
 import faulthandler
@@ -19,46 +33,180 @@ import os
 import subprocess
 import sys
 import time
+import wave
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import h5py
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tools" / "scripts"))
+sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from precompute.export import DTYPES, RECIPES  # noqa: E402
+from precompute_run import binary_env  # noqa: E402
 from tiny_audio_models import tiny_audio_folder  # noqa: E402
 
 MIN_COSINE = {"float32": 0.9999, "float16": 0.999}
+RATE = 16000
 
 
-def inputs_for(recipe: str, dtype: torch.dtype) -> tuple:
-    g = torch.Generator().manual_seed(1)
-    if recipe == "torchvision":
-        return (torch.randn(4, 3, 224, 224, generator=g).to(dtype),)
-    samples = 480000 if recipe == "whisper-encoder" else 160000
-    lengths = torch.tensor([samples, samples // 3, 16000, 900])
-    wave = 0.1 * torch.randn(4, samples, generator=g)
-    wave[torch.arange(samples)[None, :] >= lengths[:, None]] = 0
-    return wave.to(dtype), lengths
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    a, b = a.float(), b.float()
-    return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1))
+def declaration(package: Path) -> dict:
+    """The settings the package declares (its sidecar inside the archive)."""
+    with zipfile.ZipFile(package) as z:
+        name = next(n for n in z.namelist() if n.endswith("wrapper_metadata.json"))
+        return json.loads(json.loads(z.read(name))["precompute.encoder"])
+
+
+def export(recipe: str, source: str, package: Path, device: str, dtype: str, extra: list):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+    started = time.time()
+    r = subprocess.run([sys.executable, "-m", "precompute.export", recipe, source, str(package),
+                        "--device", device, "--dtype", dtype, *extra],
+                       capture_output=True, text=True, env=env, timeout=900)
+    return r, round(time.time() - started, 1)
+
+
+def run(binary: Path, work: Path, name: str, samples: list, section: str, body: dict,
+        device: str) -> subprocess.CompletedProcess:
+    manifest = work / f"{name}.jsonl"
+    manifest.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    config = {"input": {"manifest": str(manifest)},
+              "output": {"path": str(work / name), "dtype": "float32", "overwrite": True},
+              "run": {"device": device}, section: body}
+    path = work / f"{name}.yaml"
+    path.write_text(json.dumps(config))
+    return subprocess.run([str(binary), "run", "--config", str(path), "--progress-interval", "0"],
+                          capture_output=True, text=True, timeout=600, env=binary_env(binary))
+
+
+def stored(out: Path, modality: str) -> dict:
+    """id -> the stored rows [R, D] (pooling none) or vector [D], float64."""
+    values = {}
+    for shard in sorted(out.glob("shard-*.h5")):
+        with h5py.File(shard) as f:
+            ids = f["ids"].asstr()[:]
+            group = f[modality]
+            if "offsets" in group:   # per_step: sample i owns rows offsets[i]:offsets[i+1]
+                offsets = group["offsets"][:]
+                for i, sample in enumerate(ids):
+                    values[sample] = group["values"][offsets[i]:offsets[i + 1]].astype(
+                        np.float64)
+            else:
+                for i, sample in enumerate(ids):
+                    values[sample] = group["embeddings"][i].astype(np.float64)
+    return values
+
+
+def wav_clips(work: Path) -> list:
+    clips = []
+    for i, (frequency, seconds) in enumerate([(220.0, 12.0), (523.0, 3.0)]):
+        path = work / f"a{i}.wav"
+        if not path.exists():
+            subprocess.run(["ffmpeg", "-nostdin", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
+                            f"sine=frequency={frequency}:sample_rate={RATE}:duration={seconds}",
+                            "-ac", "1", "-c:a", "pcm_s16le", str(path)], check=True)
+        clips.append({"id": f"a{i}", "audio": str(path)})
+    return clips
+
+
+def read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path)) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2") / 32768.0
+
+
+def audio_check(args, recipe: str, dtype: str, package: Path, source: str) -> dict:
+    window = int(round(declaration(package)["audio"]["window_s"] * RATE))
+    clips = wav_clips(args.work)
+    r = run(args.binary, args.work, f"{recipe}-{dtype}", clips, "audio",
+            {"encoder": {"path": str(package)}, "pooling": "none", "dtype": dtype}, args.device)
+    if r.returncode != 0:
+        return {"ok": False, "error": r.stderr[-1500:]}
+    got = stored(args.work / f"{recipe}-{dtype}", "audio")
+    torch.manual_seed(0)
+    recipe_args = SimpleNamespace(dtype=dtype, window_s=None, frames=0, projection=False,
+                                  weights=None)
+    module = RECIPES[recipe](Path(source), recipe_args)[0]
+    module.model.to(DTYPES[dtype])
+    module = module.eval().to(args.device)
+    rows_got, rows_expected = [], []
+    for clip in clips:
+        samples = read_wav(Path(clip["audio"]))
+        starts = list(range(0, len(samples), window))
+        wave_rows = torch.zeros(len(starts), window)
+        lengths = []
+        for k, start in enumerate(starts):
+            piece = samples[start:start + window]
+            wave_rows[k, :len(piece)] = torch.from_numpy(piece.astype(np.float32))
+            lengths.append(len(piece))
+        with torch.no_grad():
+            expected = module(wave_rows.to(args.device, DTYPES[dtype]),
+                              torch.tensor(lengths, device=args.device))
+        rows_expected.append(expected.float().cpu().numpy())
+        rows_got.append(np.atleast_2d(got[clip["id"]]))
+    a, b = np.concatenate(rows_got), np.concatenate(rows_expected)
+    if a.shape != b.shape:
+        return {"ok": False, "shapes": [list(a.shape), list(b.shape)]}
+    cos = cosines(a, b)
+    apart = cosines(np.repeat(b[:1], len(b) - 1, 0), b[1:])
+    return {"rows": len(a), "max_abs": float(np.abs(a - b).max()),
+            "min_cosine": round(float(cos.min()), 7),
+            "max_cosine_between_rows": round(float(apart.max()), 5),
+            "ok": bool(cos.min() >= MIN_COSINE[dtype] and apart.max() < MIN_COSINE[dtype])}
+
+
+def torchvision_check(args, dtype: str, package: Path, weights: Path) -> dict:
+    clips = sorted(c.resolve() for c in args.clips.glob("*.mp4") if "444" not in c.name)[:6]
+    if not clips:
+        return {"ok": False, "error": f"no clips in {args.clips}"}
+    samples = [{"id": c.stem, "video": str(c)} for c in clips]
+    cpu_package = args.work / "torchvision-cpu-float32.pt2"
+    if not cpu_package.exists():
+        r, _ = export("torchvision", "resnet18", cpu_package, "cpu", "float32",
+                      ["--weights", str(weights)])
+        if r.returncode != 0:
+            return {"ok": False, "error": "cpu export: " + r.stderr[-1500:]}
+    body = {"sampling": {"fps": 1}, "pooling": "mean", "decoder": "cpu"}
+    on_cuda = run(args.binary, args.work, f"torchvision-{dtype}", samples, "video",
+                  {**body, "encoder": {"path": str(package)}, "dtype": dtype}, args.device)
+    on_cpu = run(args.binary, args.work, "torchvision-cpu", samples, "video",
+                 {**body, "encoder": {"path": str(cpu_package)}, "dtype": "float32"}, "cpu")
+    if on_cuda.returncode or on_cpu.returncode:
+        return {"ok": False, "exits": [on_cuda.returncode, on_cpu.returncode],
+                "error": (on_cuda.stderr or on_cpu.stderr)[-1500:]}
+    a = stored(args.work / f"torchvision-{dtype}", "video")
+    b = stored(args.work / "torchvision-cpu", "video")
+    keys = sorted(b)
+    if sorted(a) != keys:
+        return {"ok": False, "ids": [sorted(a), keys]}
+    cos = cosines(np.stack([a[k] for k in keys]), np.stack([b[k] for k in keys]))
+    across = cosines(np.repeat(np.stack([b[keys[0]]]), len(keys) - 1, 0),
+                     np.stack([b[k] for k in keys[1:]]))
+    return {"clips": len(keys), "min_cosine": round(float(cos.min()), 7),
+            "max_cosine_across_clips": round(float(across.max()), 5),
+            "ok": bool(cos.min() >= MIN_COSINE[dtype] and across.max() < MIN_COSINE[dtype])}
 
 
 def main() -> int:
     faulthandler.enable()
     p = argparse.ArgumentParser()
+    p.add_argument("--binary", type=Path, required=True)
+    p.add_argument("--clips", type=Path, default=ROOT / "bench-data" / "parity",
+                   help="video clips for the torchvision recipe")
     p.add_argument("--work", type=Path, default=Path("/tmp/export-cuda"))
-    p.add_argument("--device", default="cuda", help="cpu: the same checks on the CPU")
     p.add_argument("--recipes", default="wav2vec2,hubert,whisper-encoder,torchvision")
+    p.add_argument("--device", default="cuda", help="cpu: the same checks without a GPU")
     p.add_argument("--dtypes", default="float32,float16")
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
     failed = 0
     for recipe in args.recipes.split(","):
         if recipe == "torchvision":
@@ -74,37 +222,15 @@ def main() -> int:
                 tiny_audio_folder(recipe, args.work / recipe, width=64)
         for dtype in args.dtypes.split(","):
             package = args.work / f"{recipe}-{dtype}.pt2"
-            started = time.time()
-            r = subprocess.run([sys.executable, "-m", "precompute.export", recipe, source,
-                                str(package), "--device", args.device, "--dtype", dtype, *extra],
-                               capture_output=True, text=True, env=env, timeout=900)
-            compile_s = round(time.time() - started, 1)
+            r, compile_s = export(recipe, source, package, args.device, dtype, extra)
             check = {"recipe": recipe, "device": args.device, "dtype": dtype,
                      "compile_s": compile_s}
             if r.returncode != 0:
                 check.update(ok=False, error=r.stderr[-1500:])
+            elif recipe == "torchvision":
+                check.update(torchvision_check(args, dtype, package, weights))
             else:
-                # The recipe's own module, eager, on the same device and dtype.
-                recipe_args = SimpleNamespace(dtype=dtype, window_s=None, frames=0,
-                                              projection=False,
-                                              weights=extra[1] if extra else None)
-                torch.manual_seed(0)
-                module = RECIPES[recipe](Path(source), recipe_args)[0]
-                module.model.to(DTYPES[dtype])
-                module = module.eval().to(args.device)
-                loaded = torch._inductor.aoti_load_package(str(package))
-                x = tuple(t.to(args.device) for t in inputs_for(recipe, DTYPES[dtype]))
-                with torch.no_grad():
-                    got, expected = loaded(*x), module(*x)
-                cos = cosines(got, expected)
-                apart = cosines(expected[:1].expand_as(expected[1:]), expected[1:])
-                check.update(shape=list(got.shape),
-                             max_abs=float((got.float() - expected.float()).abs().max()),
-                             min_cosine=round(cos.min().item(), 7),
-                             max_cosine_between_rows=round(apart.max().item(), 5),
-                             ok=bool(got.shape == expected.shape
-                                     and cos.min().item() >= MIN_COSINE[dtype]
-                                     and apart.max().item() < MIN_COSINE[dtype]))
+                check.update(audio_check(args, recipe, dtype, package, source))
             failed += not check["ok"]
             print(json.dumps(check), flush=True)
     print(json.dumps({"checks_failed": failed}))
