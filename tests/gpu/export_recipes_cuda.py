@@ -16,7 +16,8 @@ reference here):
   tests/python/test_export_audio_recipes.py covers.
 * torchvision: the clips of --clips (tools/bench/make_video_clips.sh parity) through the cuda
   package must store what the same recipe compiled for the CPU stores on the CPU (which
-  tests/python/test_export_torchvision.py checks against the eager model), per clip.
+  tests/python/test_export_torchvision.py checks against the eager model), frame by frame, less
+  the mean frame vector (a random network's features are otherwise alike across clips).
 
 Prints one JSON line per check; exit 1 when any fails. --device cpu runs the same checks with
 packages compiled for the CPU (the torchvision one then compares the CPU package with itself),
@@ -174,7 +175,9 @@ def torchvision_check(args, dtype: str, package: Path, weights: Path) -> dict:
                       ["--weights", str(weights)])
         if r.returncode != 0:
             return {"ok": False, "error": "cpu export: " + r.stderr[-1500:]}
-    body = {"sampling": {"fps": 1}, "pooling": "mean", "decoder": "cpu"}
+    # Every frame's row (pooling none): frames of different clips are further apart than the
+    # clips' means, so the measure can fail in float16 too.
+    body = {"sampling": {"fps": 1}, "pooling": "none", "decoder": "cpu"}
     on_cuda = run(args.binary, args.work, f"torchvision-{dtype}", samples, "video",
                   {**body, "encoder": {"path": str(package)}, "dtype": dtype}, args.device)
     on_cpu = run(args.binary, args.work, "torchvision-cpu", samples, "video",
@@ -185,12 +188,16 @@ def torchvision_check(args, dtype: str, package: Path, weights: Path) -> dict:
     a = stored(args.work / f"torchvision-{dtype}", "video")
     b = stored(args.work / "torchvision-cpu", "video")
     keys = sorted(b)
-    if sorted(a) != keys:
+    if sorted(a) != keys or any(a[k].shape != b[k].shape for k in keys):
         return {"ok": False, "ids": [sorted(a), keys]}
-    cos = cosines(np.stack([a[k] for k in keys]), np.stack([b[k] for k in keys]))
-    across = cosines(np.repeat(np.stack([b[keys[0]]]), len(keys) - 1, 0),
-                     np.stack([b[k] for k in keys[1:]]))
-    return {"clips": len(keys), "min_cosine": round(float(cos.min()), 7),
+    got, expected = np.concatenate([a[k] for k in keys]), np.concatenate([b[k] for k in keys])
+    # A random ResNet's features of natural frames all point one way (cosine 0.999 between
+    # clips), so the rows are compared less their mean: what tells frames apart.
+    mean = expected.mean(0, keepdims=True)
+    cos = cosines(got - mean, expected - mean)
+    firsts = np.stack([b[k][0] for k in keys]) - mean
+    across = cosines(np.repeat(firsts[:1], len(keys) - 1, 0), firsts[1:])
+    return {"clips": len(keys), "rows": len(got), "min_cosine": round(float(cos.min()), 7),
             "max_cosine_across_clips": round(float(across.max()), 5),
             "ok": bool(cos.min() >= MIN_COSINE[dtype] and across.max() < MIN_COSINE[dtype])}
 
