@@ -570,6 +570,16 @@ ModelFolder read_model_folder_files(const path& root, std::optional<path>& pooli
   const path vocab_txt = folder.dir / "vocab.txt";
   if (files.tokenizer && is_unigram_tokenizer(*files.tokenizer)) {
     folder.tokenizer_kind = TokenizerKind::kUnigram;
+    // sentence-transformers would lower-case the text with Python's str.lower() first, which
+    // the Unigram path does not reproduce: refused rather than embedded otherwise.
+    if (files.sentence_bert_config) {
+      const JsonFields config(*files.sentence_bert_config,
+                              quoted(folder.dir / "sentence_bert_config.json"));
+      PC_CHECK(!config.boolean("do_lower_case", false), ModelError, config.where(),
+               ": do_lower_case true with an XLM-RoBERTa (Unigram) tokenizer is not supported; "
+               "precompute would not lower-case the captions as sentence-transformers does. "
+               "Lower-case the captions yourself and set do_lower_case to false");
+    }
     folder.max_length_source =
         resolve_max_length(folder.dir, files, folder.config, folder.tokenizer);
     // Read here, so that a tokenizer precompute cannot reproduce fails at start-up.

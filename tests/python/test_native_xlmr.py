@@ -246,6 +246,8 @@ def edited_copy(folder, tmp_path, name, file, edit):
      ["the eos token '[SEP]'", "is not in the vocabulary"]),
     ("small-model", "config.json", lambda d: d.update(vocab_size=100),
      ["pieces but config.json's vocab_size is 100"]),
+    ("lower-cased", "sentence_bert_config.json", lambda d: d.update(do_lower_case=True),
+     ["do_lower_case true with an XLM-RoBERTa (Unigram) tokenizer is not supported"]),
 ])
 def test_folders_it_cannot_reproduce_are_refused(binary, e5_like, tmp_path, name, file, edit,
                                                  fragments):
