@@ -594,6 +594,12 @@ ModelFolder read_model_folder_files(const path& root, std::optional<path>& pooli
     folder.vocab = read_vocab_txt(vocab_txt);
     check_vocab(folder.vocab, quoted(vocab_txt), folder.config);
   } else {
+    // Older XLM-R folders ship only SentencePiece's file, which transformers converts on load.
+    PC_CHECK(files.tokenizer.has_value() ||
+                 !is_regular_file_quietly(folder.dir / "sentencepiece.bpe.model"),
+             ModelError, folder.dir,
+             " has sentencepiece.bpe.model but no tokenizer.json; write it once with Python: "
+             "transformers.AutoTokenizer.from_pretrained(FOLDER).save_pretrained(FOLDER)");
     PC_CHECK(files.tokenizer.has_value(), ModelError, folder.dir,
              " has neither vocab.txt nor tokenizer.json; one of them holds the vocabulary");
     const std::string where = quoted(folder.dir / "tokenizer.json");

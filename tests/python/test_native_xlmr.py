@@ -256,3 +256,15 @@ def test_folders_it_cannot_reproduce_are_refused(binary, e5_like, tmp_path, name
     for fragment in fragments:
         assert fragment in result.stderr, (fragment, result.stderr[-1500:])
     assert str(folder) in result.stderr
+
+
+def test_a_folder_with_only_the_sentencepiece_file_says_how_to_write_tokenizer_json(
+        binary, e5_like, unigram_model, tmp_path):
+    import shutil
+    folder = tmp_path / "spm-only"
+    shutil.copytree(e5_like, folder)
+    (folder / "tokenizer.json").unlink()
+    shutil.copy(unigram_model, folder / "sentencepiece.bpe.model")
+    _, result = run_text(binary, tmp_path, folder, ["hello"], "spm-only-out", expect=2)
+    assert "has sentencepiece.bpe.model but no tokenizer.json" in result.stderr, result.stderr
+    assert "save_pretrained" in result.stderr
