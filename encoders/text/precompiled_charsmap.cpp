@@ -28,18 +28,6 @@ uint32_t value(uint32_t unit) { return unit & ((1U << 31) - 1); }
 uint32_t label(uint32_t unit) { return unit & ((1U << 31) | 0xFF); }
 uint32_t offset(uint32_t unit) { return (unit >> 10) << ((unit & (1U << 9)) >> 6); }
 
-bool is_valid_utf8(std::string_view text) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const auto* end = p + text.size();
-  while (p < end) {
-    char32_t c;
-    size_t invalid;
-    p += decode_utf8(p, end, &c, &invalid);
-    if (invalid != 0) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 PrecompiledCharsmap::PrecompiledCharsmap(std::string_view blob, const std::string& source) {
@@ -77,7 +65,7 @@ std::optional<std::string_view> PrecompiledCharsmap::transform(std::string_view 
     const size_t stop = replacements_.find('\0', at);
     const std::string_view replacement = std::string_view(replacements_).substr(
         at, stop == std::string::npos ? std::string::npos : stop - at);
-    if (!is_valid_utf8(replacement)) return std::nullopt;
+    if (count_invalid_utf8(replacement) != 0) return std::nullopt;
     return replacement;
   }
   return std::nullopt;

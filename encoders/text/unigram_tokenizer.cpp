@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
-#include <numeric>
 
 #include "encoders/text/utf8_text.hpp"
 #include "pipeline/core/error.hpp"

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "encoders/bert/unigram_folder.hpp"
+#include "encoders/text/precompiled_charsmap.hpp"
 #include "encoders/text/wordpiece_tokenizer.hpp"
 
 namespace {
@@ -58,37 +59,6 @@ int parse_int(const std::string& flag, const std::string& value) {
   } catch (const std::exception&) {
   }
   usage(flag + " takes an integer, not '" + value + "'");
-}
-
-std::string decode_base64(const std::string& in) {
-  static const std::string kAlphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve(in.size() / 4 * 3);
-  uint32_t bits = 0;
-  int count = 0;
-  for (char c : in) {
-    if (c == '=') break;
-    const size_t v = kAlphabet.find(c);
-    if (v == std::string::npos) throw std::runtime_error("bad base64 character");
-    bits = (bits << 6) | static_cast<uint32_t>(v);
-    if (++count == 4) {
-      out.push_back(static_cast<char>((bits >> 16) & 0xFF));
-      out.push_back(static_cast<char>((bits >> 8) & 0xFF));
-      out.push_back(static_cast<char>(bits & 0xFF));
-      bits = 0;
-      count = 0;
-    }
-  }
-  if (count == 2) {
-    out.push_back(static_cast<char>((bits >> 4) & 0xFF));
-  } else if (count == 3) {
-    out.push_back(static_cast<char>((bits >> 10) & 0xFF));
-    out.push_back(static_cast<char>((bits >> 2) & 0xFF));
-  } else if (count == 1) {
-    throw std::runtime_error("truncated base64");
-  }
-  return out;
 }
 
 }  // namespace
@@ -153,7 +123,9 @@ int main(int argc, char** argv) {
       try {
         const auto object = nlohmann::json::parse(line);
         if (object.contains("b64")) {
-          texts.push_back(decode_base64(object.at("b64").get<std::string>()));
+          const auto raw = precompute::decode_base64(object.at("b64").get<std::string>());
+          if (!raw) throw std::runtime_error("\"b64\" is not base64");
+          texts.push_back(*raw);
         } else {
           texts.push_back(object.at("text").get<std::string>());
         }
