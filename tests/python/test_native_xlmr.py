@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, read_output, run_precompute, write_manifest
+from conftest import ROOT, assert_same_output, read_output, run_precompute, write_manifest
 
 SEED = 20261207
 HIDDEN = 96
@@ -268,3 +268,35 @@ def test_a_folder_with_only_the_sentencepiece_file_says_how_to_write_tokenizer_j
     _, result = run_text(binary, tmp_path, folder, ["hello"], "spm-only-out", expect=2)
     assert "has sentencepiece.bpe.model but no tokenizer.json" in result.stderr, result.stderr
     assert "save_pretrained" in result.stderr
+
+
+def test_ranks_a_crash_and_a_changed_prefix(binary, e5_like, tmp_path):
+    """An XLM-R job with a prefix over 3 ranks, one of them killed at a shard's commit and run
+    again, merges into what one process writes; resuming with another prefix is refused, as the
+    prefix changes every vector."""
+    import shutil
+    texts = corpus_texts(600)
+    manifest = write_manifest(tmp_path / "captions.jsonl",
+                              [{"id": f"t{i:04d}", "text": t} for i, t in enumerate(texts)])
+    out = tmp_path / "out"
+    config = {"input": {"manifest": str(manifest)},
+              "output": {"path": str(out), "dtype": "float32", "shard_size": 64},
+              "text": {"encoder": {"type": "bert", "path": str(e5_like)}, "batch_size": 32,
+                       "prefix": "passage: "}}
+    run_precompute(binary, tmp_path, config)
+    oracle = tmp_path / "oracle"
+    shutil.move(str(out), oracle)
+
+    for rank in (2, 0):
+        run_precompute(binary, tmp_path, config, "--rank", str(rank), "--world-size", "3")
+    crashed = run_precompute(binary, tmp_path, config, "--rank", "1", "--world-size", "3",
+                             "--no-supervisor", expect=None,
+                             env={"PRECOMPUTE_CRASH_AT": "shard-before-rename@2"})
+    assert crashed.returncode != 0
+    changed = {**config, "text": {**config["text"], "prefix": "query: "}}
+    refused = run_precompute(binary, tmp_path, changed, "--rank", "1", "--world-size", "3",
+                             expect=2)
+    assert "text.prefix" in refused.stderr, refused.stderr[-2000:]
+    resumed = run_precompute(binary, tmp_path, config, "--rank", "1", "--world-size", "3")
+    assert f"merged 3 rank(s) into {out}" in resumed.stderr, resumed.stderr[-2000:]
+    assert_same_output(oracle, out)

@@ -7,9 +7,10 @@ runs, whole process and run only, with where precompute's time went.
         --devices cpu --build build                       # smoke test (tests/python)
 
 Data and model: text_throughput.py's (random 20,000-word vocabulary, random BERT-base, captions
-of N(12, 5) words), so the figures compare with its table. precompute runs `encoder: {type:
-bert}`, bf16 (float32 on CPU), batches of 4,096 captions / 65,536 tokens, float16 shards of 8,192,
-with `run.device` set to each device set in turn. The peer runs in its own process per run (its
+of N(12, 5) words; with --model xlmr its XLM-R base and captions in 11 scripts), so the figures
+compare with its table. precompute runs `encoder: {type: bert}`, bf16 (float32 on CPU), batches
+of 4,096 captions / 65,536 tokens, float16 shards of 8,192, with `run.device` set to each device
+set in turn. The peer runs in its own process per run (its
 whole-process figure includes Python, torch and the model load, as precompute's includes its
 start-up), on the first device of the first set.
 
@@ -45,14 +46,14 @@ import json, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, sys.argv[1])
 import torch
-from transformers import BertTokenizerFast
+from transformers import AutoTokenizer
 from text_throughput import embed_loop, load_bert
 model_dir, manifest, device = sys.argv[2], sys.argv[3], sys.argv[4]
 texts = [json.loads(l)["text"] for l in open(manifest)]
 gpu = device.startswith("cuda")
 if gpu:
     torch.backends.cuda.matmul.allow_tf32 = True
-tok = BertTokenizerFast.from_pretrained(model_dir)
+tok = AutoTokenizer.from_pretrained(model_dir)
 model = load_bert(model_dir, device, torch.bfloat16 if gpu else torch.float32)
 embed_loop(model, tok, texts[:4096], device, 65536, 256)
 if gpu:
@@ -73,7 +74,7 @@ def child_cpu_seconds(before: os.times_result) -> float:
 
 def time_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, devices: list,
                     dtype: str, tag: str, run_options: dict, log_level: str = "info",
-                    gpu_sampler: bool = True) -> dict:
+                    gpu_sampler: bool = True, model: str = "bert") -> dict:
     """One precompute run (work/TAG.yaml, .log, .summary.json): wall clock, its own timer, load
     time, busy seconds per stage and peak RSS from its summary, CPU seconds, GPU utilisation."""
     out = work / f"out-{tag}"
@@ -86,7 +87,9 @@ def time_precompute(binary: Path, model_dir: Path, manifest: Path, work: Path, d
            "run": {"progress_interval_s": 0, "device": devices} | run_options,
            "text": {"encoder": {"type": "bert", "path": str(model_dir)}, "dtype": dtype,
                     "batch_size": 4096, "max_batch_tokens": 65536, "pooling": "mean",
-                    "tokenizer": {"vocab": str(model_dir / "vocab.txt"), "max_length": 256}}}
+                    "tokenizer": {"max_length": 256}}}
+    if model == "bert":   # an XLM-R folder's tokenizer is its tokenizer.json
+        cfg["text"]["tokenizer"]["vocab"] = str(model_dir / "vocab.txt")
     sampler = (GpuMemorySampler(utilisation=True)
                if gpu_sampler and any(d.startswith("cuda") for d in devices)
                and GpuMemorySampler.available() else None)
@@ -135,6 +138,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--captions", type=int, default=1_000_000)
+    ap.add_argument("--model", choices=["bert", "xlmr"], default="bert",
+                    help="text_throughput.py's: BERT-base, or XLM-R base on captions in 11 "
+                         "scripts (needs --xlmr-tokenizer)")
+    ap.add_argument("--xlmr-tokenizer", type=Path, default=ROOT / "bench-data" / "xlmr-tokenizer",
+                    help="--model xlmr: the folder tools/scripts/xlmr_test_folders.py --sized "
+                         "wrote")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--devices", default="cuda:0;cuda:0,cuda:1",
                     help="device sets separated by ';', each a comma-separated list")
@@ -158,7 +167,7 @@ def main() -> int:
     binaries = args.binary or [args.build / "tools" / "cli" / "precompute"]
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    data = make_data(args.work, args.captions, 1, 0, 256)
+    data = make_data(args.work, args.captions, 1, 0, 256, args.model, args.xlmr_tokenizer)
     model_dir, manifest = data["paths"]["model_dir"], data["paths"]["short"]
     gpu = args.device_kind.startswith("cuda")
     dtype = "bfloat16" if gpu else "float32"
@@ -186,7 +195,8 @@ def main() -> int:
                     runs[b].append(time_precompute(
                         binary, model_dir, manifest, args.work, devices, dtype,
                         f"{name.replace(':', '').replace(',', '+')}{suffix}-{k}", run_options,
-                        args.log_level, gpu_sampler=not args.no_gpu_sampler))
+                        args.log_level, gpu_sampler=not args.no_gpu_sampler,
+                        model=args.model))
             for b, binary in enumerate(binaries):
                 which = f", {binary}" if len(binaries) > 1 else ""
                 results.append(summarise(f"precompute ({name}{label}{which})", runs[b]))
