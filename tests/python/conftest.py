@@ -110,6 +110,22 @@ def run_precompute(binary: Path, tmp: Path, config: dict, *flags: str,
                      Path(config.get("output", {}).get("path", "")))
 
 
+def run_text_folder(binary: Path, tmp: Path, folder: Path, texts: List[str], name: str,
+                    expect: Optional[int] = 0, **section) -> tuple:
+    """Embeds `texts` (ids t0000, t0001, ...) with the model folder `folder` (encoder type bert),
+    `section` added to the text section, into tmp/name as float32; returns the output (None when
+    the run was expected to fail) and the run's result."""
+    manifest = write_manifest(tmp / f"{name}.jsonl",
+                              [{"id": f"t{i:04d}", "text": t} for i, t in enumerate(texts)])
+    text = {"encoder": {"type": "bert", "path": str(folder)}, "batch_size": 64}
+    text.update(section)
+    config = {"input": {"manifest": str(manifest)},
+              "output": {"path": str(tmp / name), "dtype": "float32", "shard_size": 256},
+              "text": text}
+    result = run_precompute(binary, tmp, config, expect=expect)
+    return (read_output(tmp / name) if expect == 0 else None), result
+
+
 @dataclass
 class Output:
     """A run's shards, gathered per sample id."""

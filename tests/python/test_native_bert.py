@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import read_output, run_precompute, write_manifest
+from conftest import run_precompute, run_text_folder, write_manifest
 
 SEED = 20261130
 
@@ -62,19 +62,6 @@ def hf_reference(folder, texts, max_length, pooling="mean", normalize=False, lay
     return out
 
 
-def run_bert(binary, tmp, folder, texts, name, **text):
-    manifest = write_manifest(tmp / f"{name}.jsonl",
-                              [{"id": f"t{i:04d}", "text": t} for i, t in enumerate(texts)])
-    section = {"encoder": {"type": "bert", "path": str(folder)}, "batch_size": 64}
-    section.update(text)
-    config = {"input": {"manifest": str(manifest)},
-              "output": {"path": str(tmp / name), "dtype": "float32", "shard_size": 256},
-              "text": section}
-    result = run_precompute(binary, tmp, config)
-    out = read_output(tmp / name)
-    return out, result
-
-
 def stored(out, i, key="vector"):
     return out.samples[f"t{i:04d}"]["text"][key]
 
@@ -95,7 +82,7 @@ def bert_base(tmp_path_factory, minilm_folder):
 def test_minilm_matches_sentence_transformers_on_1000_texts(binary, minilm_folder, tmp_path):
     from sentence_transformers import SentenceTransformer
     texts = make_texts(1000, SEED)
-    out, _ = run_bert(binary, tmp_path, minilm_folder, texts, "minilm")
+    out, _ = run_text_folder(binary, tmp_path, minilm_folder, texts, "minilm")
     model = SentenceTransformer(str(minilm_folder), device="cpu")
     expected = model.encode(texts, batch_size=64, convert_to_numpy=True)
     got = np.stack([stored(out, i) for i in range(len(texts))])
@@ -109,7 +96,7 @@ def test_minilm_matches_sentence_transformers_on_1000_texts(binary, minilm_folde
 
 def test_random_bert_base_matches_transformers_on_1000_texts(binary, bert_base, tmp_path):
     texts = make_texts(1000, SEED + 1, max_words=12)
-    out, _ = run_bert(binary, tmp_path, bert_base, texts, "base")
+    out, _ = run_text_folder(binary, tmp_path, bert_base, texts, "base")
     expected = hf_reference(bert_base, texts, max_length=512)
     diff = max(np.abs(stored(out, i) - expected[i]).max() for i in range(len(texts)))
     assert diff <= 1e-4, diff
@@ -118,7 +105,7 @@ def test_random_bert_base_matches_transformers_on_1000_texts(binary, bert_base, 
 @pytest.mark.parametrize("pooling", ["cls", "max", "none"])
 def test_every_pooling_and_token_vectors(binary, bert_base, tmp_path, pooling):
     texts = make_texts(60, SEED + 2, max_words=20)
-    out, _ = run_bert(binary, tmp_path, bert_base, texts, pooling, pooling=pooling,
+    out, _ = run_text_folder(binary, tmp_path, bert_base, texts, pooling, pooling=pooling,
                       tokenizer={"max_length": 32})
     expected = hf_reference(bert_base, texts, max_length=32, pooling=pooling)
     key = "rows" if pooling == "none" else "vector"
@@ -130,7 +117,7 @@ def test_every_pooling_and_token_vectors(binary, bert_base, tmp_path, pooling):
 
 def test_output_layer_and_normalize(binary, bert_base, tmp_path):
     texts = make_texts(40, SEED + 3, max_words=15)
-    out, _ = run_bert(binary, tmp_path, bert_base, texts, "layer3", output_layer=3,
+    out, _ = run_text_folder(binary, tmp_path, bert_base, texts, "layer3", output_layer=3,
                       normalize=True)
     expected = hf_reference(bert_base, texts, max_length=512, layer=3, normalize=True)
     for i in range(len(texts)):
@@ -139,8 +126,8 @@ def test_output_layer_and_normalize(binary, bert_base, tmp_path):
 
 def test_batch_equals_single(binary, bert_base, tmp_path):
     texts = make_texts(48, SEED + 4, max_words=30)
-    batched, _ = run_bert(binary, tmp_path, bert_base, texts, "batched", batch_size=48)
-    single, _ = run_bert(binary, tmp_path, bert_base, texts, "single", batch_size=1)
+    batched, _ = run_text_folder(binary, tmp_path, bert_base, texts, "batched", batch_size=48)
+    single, _ = run_text_folder(binary, tmp_path, bert_base, texts, "single", batch_size=1)
     diff = max(np.abs(stored(batched, i) - stored(single, i)).max() for i in range(len(texts)))
     assert diff <= 1e-5, diff
 

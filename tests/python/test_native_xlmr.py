@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, assert_same_output, read_output, run_precompute, write_manifest
+from conftest import (ROOT, assert_same_output, run_precompute, run_text_folder,
+                      write_manifest)
 
 SEED = 20261207
 HIDDEN = 96
@@ -81,21 +82,9 @@ def multilingual_minilm_like(tmp_path_factory, unigram_model):
     return folder
 
 
-def run_text(binary, tmp, folder, texts, name, expect=0, **section):
-    manifest = write_manifest(tmp / f"{name}.jsonl",
-                              [{"id": f"t{i:04d}", "text": t} for i, t in enumerate(texts)])
-    text = {"encoder": {"type": "bert", "path": str(folder)}, "batch_size": 64}
-    text.update(section)
-    config = {"input": {"manifest": str(manifest)},
-              "output": {"path": str(tmp / name), "dtype": "float32", "shard_size": 512},
-              "text": text}
-    result = run_precompute(binary, tmp, config, expect=expect)
-    return (read_output(tmp / name) if expect == 0 else None), result
-
-
 def compare_with_sentence_transformers(binary, tmp, folder, texts, name):
     from sentence_transformers import SentenceTransformer
-    out, _ = run_text(binary, tmp, folder, texts, name)
+    out, _ = run_text_folder(binary, tmp, folder, texts, name)
     model = SentenceTransformer(str(folder), device="cpu")
     expected = model.encode(texts, batch_size=64, convert_to_numpy=True)
     stored = {i: out.samples[f"t{i:04d}"]["text"]["vector"]
@@ -130,14 +119,14 @@ def test_bert_with_xlmr_tokenizer_matches_sentence_transformers(binary, multilin
 
 
 def test_wordpiece_settings_are_refused_for_an_xlmr_folder(binary, e5_like, tmp_path):
-    _, result = run_text(binary, tmp_path, e5_like, ["hello"], "refused", expect=2,
+    _, result = run_text_folder(binary, tmp_path, e5_like, ["hello"], "refused", expect=2,
                          tokenizer={"lower_case": True})
     assert "text.tokenizer.lower_case" in result.stderr
     assert "XLM-RoBERTa" in result.stderr and "remove" in result.stderr
 
 
 def test_max_length_beyond_the_positions_is_refused(binary, e5_like, tmp_path):
-    _, result = run_text(binary, tmp_path, e5_like, ["hello"], "too-long", expect=2,
+    _, result = run_text_folder(binary, tmp_path, e5_like, ["hello"], "too-long", expect=2,
                          tokenizer={"max_length": 513})
     assert "513" in result.stderr and "512" in result.stderr
 
@@ -160,7 +149,7 @@ def test_tokenize_command_shows_xlmr_pieces(binary, e5_like):
 def test_prefix_matches_sentence_transformers_prompts(binary, e5_like, tmp_path):
     from sentence_transformers import SentenceTransformer
     texts = corpus_texts(300)[100:300]
-    out, _ = run_text(binary, tmp_path, e5_like, texts, "passage", prefix="passage: ")
+    out, _ = run_text_folder(binary, tmp_path, e5_like, texts, "passage", prefix="passage: ")
     model = SentenceTransformer(str(e5_like), device="cpu")
     expected = model.encode(texts, prompt="passage: ", batch_size=64, convert_to_numpy=True)
     plain = model.encode(texts, batch_size=64, convert_to_numpy=True)
@@ -182,7 +171,7 @@ def test_a_folders_default_prompt_is_the_default_prefix(binary, e5_like, tmp_pat
         {"prompts": {"query": "query: ", "passage": "passage: "},
          "default_prompt_name": "query"}))
     texts = corpus_texts(120)
-    out, _ = run_text(binary, tmp_path, folder, texts, "prompted-out")
+    out, _ = run_text_folder(binary, tmp_path, folder, texts, "prompted-out")
     model = SentenceTransformer(str(folder), device="cpu")
     expected = model.encode(texts, batch_size=64, convert_to_numpy=True)  # its default prompt
     kept = [i for i in range(len(texts)) if "text" in out.samples.get(f"t{i:04d}", {})]
@@ -198,7 +187,7 @@ def test_a_folders_default_prompt_is_the_default_prefix(binary, e5_like, tmp_pat
     ("word " * 600, "no room for the caption"),
 ])
 def test_bad_prefixes_are_refused(binary, e5_like, tmp_path, prefix, fragment):
-    _, result = run_text(binary, tmp_path, e5_like, ["hello"], "bad-prefix", expect=2,
+    _, result = run_text_folder(binary, tmp_path, e5_like, ["hello"], "bad-prefix", expect=2,
                          prefix=prefix)
     assert "text.prefix" in result.stderr and fragment in result.stderr, result.stderr[-1500:]
 
@@ -210,7 +199,7 @@ def test_a_prefix_is_refused_where_pooling_leaves_the_prompt_out(binary, e5_like
     pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
     pooling["include_prompt"] = False
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
-    _, result = run_text(binary, tmp_path, folder, ["hello"], "excluded", expect=2,
+    _, result = run_text_folder(binary, tmp_path, folder, ["hello"], "excluded", expect=2,
                          prefix="query: ")
     assert "include_prompt false" in result.stderr
 
@@ -252,7 +241,7 @@ def edited_copy(folder, tmp_path, name, file, edit):
 def test_folders_it_cannot_reproduce_are_refused(binary, e5_like, tmp_path, name, file, edit,
                                                  fragments):
     folder = edited_copy(e5_like, tmp_path, name, file, edit)
-    _, result = run_text(binary, tmp_path, folder, ["hello"], f"{name}-out", expect=2)
+    _, result = run_text_folder(binary, tmp_path, folder, ["hello"], f"{name}-out", expect=2)
     for fragment in fragments:
         assert fragment in result.stderr, (fragment, result.stderr[-1500:])
     assert str(folder) in result.stderr
@@ -265,7 +254,7 @@ def test_a_folder_with_only_the_sentencepiece_file_says_how_to_write_tokenizer_j
     shutil.copytree(e5_like, folder)
     (folder / "tokenizer.json").unlink()
     shutil.copy(unigram_model, folder / "sentencepiece.bpe.model")
-    _, result = run_text(binary, tmp_path, folder, ["hello"], "spm-only-out", expect=2)
+    _, result = run_text_folder(binary, tmp_path, folder, ["hello"], "spm-only-out", expect=2)
     assert "has sentencepiece.bpe.model but no tokenizer.json" in result.stderr, result.stderr
     assert "save_pretrained" in result.stderr
 
