@@ -142,8 +142,8 @@ def main() -> int:
                     help="text_throughput.py's: BERT-base, or XLM-R base on captions in 11 "
                          "scripts (needs --xlmr-tokenizer)")
     ap.add_argument("--xlmr-tokenizer", type=Path, default=ROOT / "bench-data" / "xlmr-tokenizer",
-                    help="--model xlmr: the folder tools/scripts/xlmr_test_folders.py --sized "
-                         "wrote")
+                    help="--model xlmr: the folder tools/scripts/xlmr_test_folders.py "
+                         "--bench-data wrote")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--devices", default="cuda:0;cuda:0,cuda:1",
                     help="device sets separated by ';', each a comma-separated list")

@@ -10,9 +10,10 @@ with --model xlmr a randomly initialised multilingual-e5-base-sized XLM-RoBERTa.
     python3 tools/bench/text_throughput.py --runs 3        # each figure the median of 3 runs
 
 --model xlmr: XLM-RoBERTa base (12 x 768, 250,002 pieces, positions from 2) with the tokenizer
-folder DIR that `python tools/scripts/xlmr_test_folders.py --sized OUT` writes to OUT/sized (a
-SentencePiece Unigram model trained on generated captions, grown to XLM-R's vocabulary size; made
-on a machine with the sentencepiece package, then copied); captions in 11 scripts from
+folder DIR (default bench-data/xlmr-tokenizer) that `python tools/scripts/xlmr_test_folders.py
+--bench-data DIR` writes (a SentencePiece Unigram model trained on generated captions, grown to
+XLM-R's vocabulary size, its tokenizer.json gzipped; made on a machine with the sentencepiece
+package, then carried; a folder with tokenizer.json itself does too); captions in 11 scripts from
 tools/scripts/make_multilingual_corpus.py (short: one sentence or a mix of 2-4 scripts; long:
 100-250 words of mixed scripts). Every baseline reads the folder with transformers'
 AutoTokenizer / AutoModel.
@@ -81,10 +82,27 @@ def log(msg: str) -> None:
 # 1. Data and model
 # ------------------------------------------------------------------------------------------------
 
+def unpacked_tokenizer(folder: Path, work: Path) -> Path:
+    """`folder` when it holds tokenizer.json; else, when it holds tokenizer.json.gz (as
+    `xlmr_test_folders.py --bench-data` writes it), a copy under `work` with it unpacked."""
+    if (folder / "tokenizer.json").exists() or not (folder / "tokenizer.json.gz").exists():
+        return folder
+    import gzip
+    out = work / "xlmr-tokenizer"
+    out.mkdir(parents=True, exist_ok=True)
+    data = gzip.decompress((folder / "tokenizer.json.gz").read_bytes())
+    if not (out / "tokenizer.json").exists() or (out / "tokenizer.json").read_bytes() != data:
+        (out / "tokenizer.json").write_bytes(data)
+    shutil.copy(folder / "tokenizer_config.json", out / "tokenizer_config.json")
+    return out
+
+
 def make_data(work: Path, n_short: int, n_long: int, seed: int, max_length: int,
               model: str = "bert", xlmr_tokenizer: Path = None) -> dict:
     """Writes the model folder and the two manifests under `work`; reuses them when a previous
     run with the same parameters left them complete."""
+    if model == "xlmr":
+        xlmr_tokenizer = unpacked_tokenizer(xlmr_tokenizer, work)
     params = {"n_short": n_short, "n_long": n_long, "seed": seed, "max_length": max_length,
               "vocab_words": 20000, "version": 2}
     if model == "xlmr":
@@ -798,8 +816,9 @@ def parse_args():
                    help="bert: BERT-base, English-like words; xlmr: XLM-RoBERTa base, captions "
                         "in 11 scripts (needs --xlmr-tokenizer)")
     p.add_argument("--xlmr-tokenizer", type=Path, default=ROOT / "bench-data" / "xlmr-tokenizer",
-                   help="--model xlmr: the folder tools/scripts/xlmr_test_folders.py --sized "
-                        "wrote (tokenizer.json, tokenizer_config.json)")
+                   help="--model xlmr: the folder tools/scripts/xlmr_test_folders.py "
+                        "--bench-data wrote (tokenizer.json.gz or tokenizer.json, "
+                        "tokenizer_config.json)")
     p.add_argument("--short", type=int, default=100_000, help="short captions")
     p.add_argument("--long", type=int, default=10_000, help="long texts")
     p.add_argument("--seed", type=int, default=0)

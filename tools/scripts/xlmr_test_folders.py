@@ -20,6 +20,8 @@ one and puts <s> <pad> </s> <unk> first and <mask> last). Then:
 
     python tools/scripts/xlmr_test_folders.py OUT_DIR   # writes OUT_DIR/{saved,published,e5}
     python tools/scripts/xlmr_test_folders.py --sized OUT_DIR   # OUT_DIR/sized (the benchmark's)
+    python tools/scripts/xlmr_test_folders.py --bench-data bench-data/xlmr-tokenizer
+        # the sized folder's tokenizer, gzipped (4 MB), for the GPU host that has no sentencepiece
 """
 
 import json
@@ -161,6 +163,17 @@ def main():
     args = sys.argv[1:]
     sized = args[:1] == ["--sized"]
     out = Path(args[-1])
+    if args[:1] == ["--bench-data"]:
+        import gzip
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = sized_folder(train_unigram(Path(tmp) / "spm"), Path(tmp) / "sized")
+            out.mkdir(parents=True, exist_ok=True)
+            with gzip.open(out / "tokenizer.json.gz", "wb", compresslevel=9) as f:
+                f.write((folder / "tokenizer.json").read_bytes())
+            for name in ("tokenizer_config.json", "config.json"):
+                shutil.copy(folder / name, out / name)
+        print(out)
+        return
     model_file = train_unigram(out / "spm")
     if sized:
         print(sized_folder(model_file, out / "sized"))
