@@ -108,13 +108,18 @@ def stored(out: Path, modality: str) -> dict:
 
 
 def wav_clips(work: Path) -> list:
+    """Two sine tones as 16-bit mono WAV, written here so that the check needs no ffmpeg CLI."""
     clips = []
     for i, (frequency, seconds) in enumerate([(220.0, 12.0), (523.0, 3.0)]):
         path = work / f"a{i}.wav"
         if not path.exists():
-            subprocess.run(["ffmpeg", "-nostdin", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
-                            f"sine=frequency={frequency}:sample_rate={RATE}:duration={seconds}",
-                            "-ac", "1", "-c:a", "pcm_s16le", str(path)], check=True)
+            t = np.arange(int(seconds * RATE)) / RATE
+            samples = np.round(0.125 * 32767 * np.sin(2 * np.pi * frequency * t)).astype("<i2")
+            with wave.open(str(path), "wb") as w:
+                w.setnchannels(1)
+                w.setsampwidth(2)
+                w.setframerate(RATE)
+                w.writeframes(samples.tobytes())
         clips.append({"id": f"a{i}", "audio": str(path)})
     return clips
 
