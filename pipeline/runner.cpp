@@ -199,9 +199,10 @@ void read_checked_input(const Config& config, Input& input) {
   InputColumns columns;
   input.samples = read_input(config.input, config.output.keep_columns.names, &columns,
                              config.text.max_text_bytes);
-  input.path = !config.input.manifest.empty() ? config.input.manifest
-               : !config.input.tars.empty()   ? config.input.tars
-                                              : config.input.folder;
+  input.path = !config.input.manifest.empty()
+                   ? config.input.manifest
+                   : !config.input.tars.empty() ? std::filesystem::path(config.input.tars.text())
+                                                : config.input.folder;
   spdlog::info("input: {} samples from {}", input.samples.size(), input.path.string());
   check_usable_input(input.samples, config, input.path, columns);
   check_input_columns(input.samples, columns, config);

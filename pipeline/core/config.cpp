@@ -99,14 +99,32 @@ const TextSection& default_text_section() {
   return section;
 }
 
+std::string PathList::text() const {
+  std::string out;
+  for (const auto& path : paths) out += (out.empty() ? "" : ", ") + path.string();
+  return out;
+}
+
 InputSection input_section_for(const std::filesystem::path& argument) {
   InputSection input;
   if (names_tar_shards(argument)) {
-    input.tars = argument;
+    input.tars = PathList{{argument}};
   } else if (std::filesystem::is_directory(argument)) {
     input.folder = argument;
   } else {
     input.manifest = argument;
+  }
+  return input;
+}
+
+InputSection input_section_for(const std::vector<std::filesystem::path>& arguments) {
+  if (arguments.size() == 1) return input_section_for(arguments[0]);
+  InputSection input;
+  for (const auto& argument : arguments) {
+    PC_CHECK(names_tar_shards(argument), ConfigError, "--input is given ", arguments.size(),
+             " times, which only a list of tar shards can be (as input.tars lists them), and '",
+             argument.string(), "' names no .tar; give one manifest or folder, or only tars");
+    input.tars.paths.push_back(argument);
   }
   return input;
 }

@@ -113,6 +113,19 @@ struct NameList {
 inline constexpr size_t kMaxListedNames = 1024;
 inline constexpr size_t kMaxNameBytes = 255;
 
+// input.tars: one path (a .tar, a folder of them, a brace range) or a list of them, read in the
+// order listed. A config file may write one path as a list of one and the other way round: both
+// are the same input.
+struct PathList {
+  std::vector<std::filesystem::path> paths;
+  bool empty() const { return paths.empty(); }
+  size_t size() const { return paths.size(); }
+  bool operator==(const PathList&) const = default;
+  // One path as itself, several as "a, b, c": for messages and index.json's "input".
+  std::string text() const;
+};
+inline constexpr size_t kMaxListedPaths = 1000000;
+
 // Note [Config keys]
 // Every key of a config file is declared once, in the lists below: the member that holds it
 // (type, name, default), a doc line, and a spec (its YAML key when that differs from the member's
@@ -299,8 +312,9 @@ struct TextSection : EncoderSection {
   KEY(std::filesystem::path, folder, {},                                                        \
       "... a folder of media files with optional .txt captions",                                \
       Spec().no_default().in_record())                                                          \
-  KEY(std::filesystem::path, tars, {},                                                          \
-      "... WebDataset tar shards: a .tar, a folder of .tar files or 'shards/{000000..000099}.tar'",\
+  KEY(PathList, tars, {},                                                                       \
+      "... WebDataset tar shards: a .tar, a folder of .tar files, 'shards/{000000..000099}.tar', " \
+      "or a list of these",                                                                     \
       Spec().no_default().in_record().omitted_when_empty())
 
 struct InputSection {
@@ -441,6 +455,9 @@ const TextSection& default_text_section();
 // The input section an --input argument names, whichever the path is: tar shards
 // (names_tar_shards in media_names.hpp), a media folder, or else a manifest.
 InputSection input_section_for(const std::filesystem::path& argument);
+// Several arguments (verify -i A -i B): a list of tar shards, as input.tars may be; throws
+// ConfigError when one of them does not name tars.
+InputSection input_section_for(const std::vector<std::filesystem::path>& arguments);
 const RunSection& default_run_section();
 
 // A flag of `precompute run` that sets config keys (the table in config_fields.cpp says which).

@@ -193,6 +193,22 @@ NameList read_name_list(const YamlNode& n) {
   return out;
 }
 
+// One path, or a list of at least one (each relative to the config file's folder).
+PathList read_path_list(const YamlNode& n, const Path& base) {
+  PathList out;
+  if (!n.node.IsSequence()) {
+    out.paths.push_back(read_path(n, base));
+    return out;
+  }
+  PC_CHECK(n.node.size() > 0, ConfigError, "config key '", n.path,
+           "' lists no path; give a path, or a list of at least one");
+  PC_CHECK(n.node.size() <= kMaxListedPaths, ConfigError, "config key '", n.path, "' lists ",
+           n.node.size(), " paths; at most ", kMaxListedPaths,
+           " are allowed (a folder or a brace range names many in one)");
+  for (size_t i = 0; i < n.node.size(); ++i) out.paths.push_back(read_path(n.element(i), base));
+  return out;
+}
+
 // Every name non-empty UTF-8 text without NUL, at most kMaxNameBytes bytes, given once; at most
 // kMaxListedNames of them.
 void check_name_list(const ConfigField& f, const NameList& list) {
@@ -256,6 +272,8 @@ T read_value(const ConfigField& f, const YamlNode& n, const Path& base) {
     return read_devices(n);
   } else if constexpr (std::is_same_v<T, NameList>) {
     return read_name_list(n);
+  } else if constexpr (std::is_same_v<T, PathList>) {
+    return read_path_list(n, base);
   } else if constexpr (std::is_same_v<T, Float3>) {
     PC_CHECK(n.node.IsSequence() && n.node.size() == 3, ConfigError, "config key '", n.path,
              "' must be a list of ", 3, " numbers");
@@ -296,6 +314,8 @@ std::string_view type_words(const ConfigField& f) {
     return "device or list of devices";
   } else if constexpr (std::is_same_v<T, NameList>) {
     return "list of names";
+  } else if constexpr (std::is_same_v<T, PathList>) {
+    return "path or list of paths";
   } else if constexpr (std::is_same_v<T, Float3>) {
     return "list of 3 numbers";
   } else if constexpr (std::is_same_v<T, MemoryBudget>) {
@@ -316,6 +336,12 @@ Json json_value(const T& value) {
     return value.bytes > 0 ? Json(value.bytes) : Json(value.fraction);
   } else if constexpr (std::is_same_v<T, NameList>) {
     return value.names;
+  } else if constexpr (std::is_same_v<T, PathList>) {
+    // One path as a path, as configs wrote it before lists were allowed.
+    if (value.size() == 1) return value.paths[0].string();
+    Json list = Json::array();
+    for (const auto& path : value.paths) list.push_back(path.string());
+    return list;
   } else if constexpr (IsChoice<T>::value) {
     return Choices<T>::name(value);
   } else if constexpr (IsOptional<T>::value) {
@@ -383,6 +409,8 @@ void apply_value(const ConfigField& f, T& member, const FlagValue& v) {
     member = {std::get<std::string>(v)};
   } else if constexpr (std::is_same_v<T, NameList>) {
     member = split_names(std::get<std::string>(v));
+  } else if constexpr (std::is_same_v<T, PathList>) {
+    member = PathList{{absolute_from_cwd(std::get<std::string>(v))}};
   } else if constexpr (std::is_same_v<T, MemoryBudget>) {
     member = parse_memory_budget(std::get<std::string>(v), f.flag.name());
   } else {

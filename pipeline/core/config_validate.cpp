@@ -88,8 +88,12 @@ void validate_keep_columns(const Config& c) {
 void validate(const Config& c) {
   const int inputs = int{!c.input.manifest.empty()} + int{!c.input.folder.empty()} +
                      int{!c.input.tars.empty()};
-  PC_CHECK(c.input.tars.native().find('\0') == std::string::npos, ConfigError, where(c),
-           ": input.tars contains a NUL character, which no file name can hold; fix the path");
+  for (size_t i = 0; i < c.input.tars.size(); ++i) {
+    PC_CHECK(c.input.tars.paths[i].native().find('\0') == std::string::npos, ConfigError,
+             where(c), ": input.tars",
+             c.input.tars.size() > 1 ? "[" + std::to_string(i) + "]" : std::string(),
+             " contains a NUL character, which no file name can hold; fix the path");
+  }
   PC_CHECK(inputs == 1, ConfigError, where(c),
            ": give exactly one input, 'input.manifest' (JSONL/CSV/TSV), 'input.folder' or "
            "'input.tars' (WebDataset shards), or pass --input");

@@ -1290,8 +1290,8 @@ std::vector<SampleSpec> read_input(const InputSection& input,
                                    InputColumns* columns, int64_t max_caption_bytes) {
   if (!input.tars.empty()) {
     auto samples =
-        read_tars(expand_tar_shards(input.tars), keep_columns, columns, max_caption_bytes);
-    PC_CHECK(!samples.empty(), InputError, "tar input ", input.tars,
+        read_tars(expand_tar_list(input.tars), keep_columns, columns, max_caption_bytes);
+    PC_CHECK(!samples.empty(), InputError, "tar input ", input.tars.text(),
              " holds no video or audio member, so there is nothing to embed; check "
              "input.tars / --input (members: KEY.mp4, KEY.txt, ..., as WebDataset writes them)");
     return samples;

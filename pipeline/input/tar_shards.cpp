@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <system_error>
@@ -110,6 +111,25 @@ std::vector<std::filesystem::path> expand_tar_shards(const std::filesystem::path
     PC_CHECK(is_tar_name(name), InputError, "tar shard '", printable(name),
              "' does not end in .tar; tar input reads uncompressed .tar shards");
     tars.emplace_back(name);
+  }
+  return tars;
+}
+
+std::vector<std::filesystem::path> expand_tar_list(const PathList& list) {
+  std::vector<std::filesystem::path> tars;
+  std::map<std::filesystem::path, std::pair<size_t, std::filesystem::path>> seen;
+  for (size_t entry = 0; entry < list.size(); ++entry) {
+    for (auto& tar : expand_tar_shards(list.paths[entry])) {
+      std::error_code error;
+      auto same = std::filesystem::weakly_canonical(tar, error);
+      if (error) same = tar.lexically_normal();
+      const auto [it, first] = seen.try_emplace(same, entry, tar);
+      PC_CHECK(first, InputError, "input.tars names the tar ", printable(tar.string()),
+               " twice: in entry ", it->second.first, " (", printable(list.paths[it->second.first].string()),
+               ") and in entry ", entry, " (", printable(list.paths[entry].string()),
+               "); name each tar once");
+      tars.push_back(std::move(tar));
+    }
   }
   return tars;
 }

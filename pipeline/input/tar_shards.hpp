@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/core/config.hpp"
+
 namespace precompute {
 
 // The tars `pattern` names, in order: each name of a brace range "shards/{000000..000099}.tar"
@@ -16,5 +18,10 @@ namespace precompute {
 // message gives the command that converts it), a name that is not a tar, a tar or folder that
 // does not exist, or a folder with no .tar file.
 std::vector<std::filesystem::path> expand_tar_shards(const std::filesystem::path& pattern);
+
+// Each entry of input.tars expanded, in the order listed. A tar that two entries name (the same
+// file, whatever the spelling) is refused with both entries named: its samples would be read
+// twice, and every key refused as seen twice.
+std::vector<std::filesystem::path> expand_tar_list(const PathList& list);
 
 }  // namespace precompute

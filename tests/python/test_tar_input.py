@@ -15,6 +15,7 @@ pipeline/input/tar_index.cpp), end to end with the real binary:
 import io
 import json
 import signal
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -147,6 +148,44 @@ def test_one_tar_alone(binary, probes, minilm_folder, shards, tmp_path):
                                                 tars=str(shards / "000001.tar")))
     assert "input: 3 samples" in r.stderr
     assert read_output(tmp_path / "out").ids_in_order == [key_of(i) for i in (3, 4, 5)]
+
+
+def test_a_list_of_tars_reads_them_in_its_order(binary, probes, minilm_folder, shards, tmp_path):
+    # input.tars as a YAML list: entries in the order given, each a tar, a folder or a range, a
+    # relative one from the config file's folder.
+    shutil.copy(shards / "000002.tar", tmp_path / "local.tar")
+    listed = ["local.tar", str(shards / "{000000..000001}.tar")]
+    out = tmp_path / "listed"
+    r = run_precompute(binary, tmp_path, config(out, probes, minilm_folder, tars=listed))
+    assert "input: 8 samples" in r.stderr
+    got = read_output(out)
+    assert got.ids_in_order == [key_of(i) for i in (6, 7, 0, 1, 2, 3, 4, 5)]
+    assert got.index["input"] == f"{tmp_path / 'local.tar'}, {listed[1]}"
+    # verify takes the list as --input given once per entry, in order.
+    v = subprocess.run([str(binary), "verify", str(out), "--input", str(tmp_path / "local.tar"),
+                        "--input", listed[1]], capture_output=True, text=True)
+    assert v.returncode == 0 and "8 of 8 ids accounted for" in v.stdout, v.stdout + v.stderr
+    v = subprocess.run([str(binary), "verify", str(out), "--input", listed[1], "--input",
+                        str(tmp_path / "local.tar")], capture_output=True, text=True)
+    assert v.returncode != 0 and "other input samples" in v.stdout, v.stdout + v.stderr
+    v = subprocess.run([str(binary), "verify", str(out), "--input", str(tmp_path / "local.tar"),
+                        "--input", str(tmp_path / "m.jsonl")], capture_output=True, text=True)
+    assert v.returncode == 2 and "names no .tar" in v.stderr, v.stdout + v.stderr
+    # Run again: the output is complete and stays as it is.
+    before = (out / "index.json").read_bytes()
+    run_precompute(binary, tmp_path, config(out, probes, minilm_folder, tars=listed))
+    assert (out / "index.json").read_bytes() == before
+
+    # A tar named twice, here once by itself and once through its folder, is refused naming both.
+    r = run_precompute(binary, tmp_path, config(tmp_path / "twice", probes, minilm_folder,
+                                                tars=[str(shards / "000001.tar"), str(shards)]),
+                       expect=65)
+    assert "input.tars names the tar" in r.stderr and "000001.tar" in r.stderr, r.stderr[-2000:]
+    assert "in entry 0" in r.stderr and "in entry 1" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "twice" / "index.json").exists()
+    r = run_precompute(binary, tmp_path, config(tmp_path / "none", probes, minilm_folder,
+                                                tars=[]), expect=2)
+    assert "'input.tars' lists no path" in r.stderr, r.stderr[-2000:]
 
 
 def test_kill_then_resume_equals_a_clean_run(binary, probes, minilm_folder, shards, tmp_path):

@@ -502,6 +502,44 @@ TEST(ConfigTest, KeepColumnsIsAListOfNamesCheckedBeforeAnyWork) {
   }
 }
 
+// input.tars: one path or a list of them, each resolved against the config's folder; one path
+// is written back as a path, so that configs recorded before lists were allowed read the same.
+TEST(ConfigTest, TarInputIsAPathOrAListOfPaths) {
+  const auto tars_of = [](const std::string& value) {
+    return parse_config("input: {tars: " + value + "}\noutput: {path: out}\n", "/b").input.tars;
+  };
+  EXPECT_EQ(tars_of("\"s/{000..009}.tar\"").paths,
+            (std::vector<std::filesystem::path>{"/b/s/{000..009}.tar"}));
+  EXPECT_EQ(tars_of("[a.tar, /d/shards, \"x/{0..3}.tar\"]").paths,
+            (std::vector<std::filesystem::path>{"/b/a.tar", "/d/shards", "/b/x/{0..3}.tar"}));
+  EXPECT_EQ(tars_of("[a.tar]"), tars_of("a.tar"));
+  EXPECT_EQ(tars_of("[a.tar, b.tar]").text(), "/b/a.tar, /b/b.tar");
+
+  Config one = parse_config("input: {tars: [a.tar]}\noutput: {path: out}\n", "/b");
+  const std::string recorded_one = full_config_json(one);
+  EXPECT_NE(recorded_one.find("\"tars\":\"/b/a.tar\""), std::string::npos) << recorded_one;
+  Config two = parse_config("input: {tars: [a.tar, b.tar]}\noutput: {path: out}\n", "/b");
+  const std::string recorded_two = full_config_json(two);
+  EXPECT_NE(recorded_two.find("\"tars\":[\"/b/a.tar\",\"/b/b.tar\"]"), std::string::npos)
+      << recorded_two;
+
+  const auto refused = [](const std::string& value, const std::string& part) {
+    const std::string message =
+        validate_error("input: {tars: " + value + "}\noutput: {path: out}\n");
+    EXPECT_NE(message.find(part), std::string::npos) << value << ": " << message;
+  };
+  refused("[]", "'input.tars' lists no path");
+  refused("\"\"", "'input.tars' is empty; give a path");
+  refused("[a.tar, \"\"]", "'input.tars[1]' is empty; give a path");
+  refused("[[a.tar]]", "input.tars[0]");
+  refused("{a: b}", "input.tars");
+  refused("[a.tar, \"b\\0.tar\"]", "input.tars[1] contains a NUL character");
+  refused("\"b\\0.tar\"", "input.tars contains a NUL character");
+  EXPECT_NE(validate_error("input: {tars: [a.tar], manifest: m.jsonl}\noutput: {path: out}\n")
+                .find("give exactly one input"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, KeepColumnsFlagIsCommaSeparatedAndEntersTheFingerprintOnlyWhenSet) {
   auto c = parse_config("output: {keep_columns: [a]}\nvideo: {encoder: {path: v.pt}, "
                         "sampling: {fps: 1}}\n", "/b");

@@ -36,7 +36,9 @@ namespace {
 
 struct VerifyOptions {
   std::string output;
-  std::string input;  // a manifest or a folder of media, as `run --input` takes
+  // A manifest or a folder of media, as `run --input` takes; or tar shards, one or several (as
+  // input.tars lists them).
+  std::vector<std::string> inputs;
   bool json = false;
   int max_listed = 20;  // ids listed per kind of input problem (all with --json)
 };
@@ -112,7 +114,7 @@ class Verifier {
     const bool finished = check_coverage(*index);
     check_unrecorded_files(*index);
     check_derived_files(*index, finished);
-    if (!o_.input.empty()) check_input(*index);
+    if (!o_.inputs.empty()) check_input(*index);
     return report(&*index);
   }
 
@@ -354,9 +356,17 @@ class Verifier {
     }
   }
 
+  // The --input values, joined by `separator`.
+  std::string inputs_text(const std::string& separator) const {
+    std::string out;
+    for (const auto& input : o_.inputs) out += (out.empty() ? "" : separator) + input;
+    return out;
+  }
+
   void check_input(const OutputIndex& index) {
-    const std::filesystem::path input = o_.input;
-    const InputSection section = input_section_for(input);
+    const InputSection section =
+        input_section_for(std::vector<std::filesystem::path>(o_.inputs.begin(), o_.inputs.end()));
+    const std::string input = inputs_text(", ");
     // With the run's kept columns: their values are part of each shard's input_sha256; and its
     // caption cap, which bounds the tar captions that are part of it too.
     const auto samples = read_input(
@@ -378,7 +388,7 @@ class Verifier {
         add(Severity::kIncomplete, e.file,
             fmt::format("was made from other input samples at positions {}-{} than {} has "
                         "there (an edited or reordered input)",
-                        e.first_seq, e.first_seq + e.seq_count - 1, input.string()),
+                        e.first_seq, e.first_seq + e.seq_count - 1, input),
             "verify against the input the run was made from, or rerun with --overwrite");
       }
     }
@@ -406,13 +416,13 @@ class Verifier {
           fmt::format("{} input id(s) have neither an embedding nor a failure record: {}",
                       missing_.size(), listed(missing_)),
           fmt::format("{} with --input {} (add --retry-failed to redo failed samples too)",
-                      kResumeFix, input.string()));
+                      kResumeFix, inputs_text(" --input ")));
     }
     if (!foreign_.empty()) {
       std::vector<std::string> names;
       for (const auto& [id, file] : foreign_) names.push_back(fmt::format("{} ({})", id, file));
       add(Severity::kIncomplete, "",
-          fmt::format("{} embedded id(s) are not in {}: {}", foreign_.size(), input.string(),
+          fmt::format("{} embedded id(s) are not in {}: {}", foreign_.size(), input,
                       listed(names)),
           "verify against the input the run was made from, or rerun with --overwrite");
     }
@@ -478,8 +488,8 @@ class Verifier {
              {"fix", p.fix}});
       }
       j["notes"] = notes_;
-      if (!o_.input.empty()) {
-        j["input"] = {{"path", o_.input},
+      if (!o_.inputs.empty()) {
+        j["input"] = {{"path", inputs_text(", ")},
                       {"samples", input_samples_},
                       {"accounted_for", accounted_},
                       {"missing_ids", missing_}};
@@ -499,7 +509,7 @@ class Verifier {
     }
     for (const auto& note : notes_) std::cout << "note: " << note << "\n";
     std::string input_part;
-    if (!o_.input.empty()) {
+    if (!o_.inputs.empty()) {
       input_part = fmt::format("; input: {} of {} ids accounted for", accounted_, input_samples_);
     }
     std::cout << fmt::format(
@@ -532,8 +542,10 @@ CommandFn add_verify_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "verify", "Check an output folder end to end: every shard's bytes, datasets and counts");
   cmd->add_option("output", o->output, "Output folder of a run")->required();
-  cmd->add_option("-i,--input", o->input,
-                  "The run's input (manifest or folder): every id must be embedded or failed");
+  cmd->add_option("-i,--input", o->inputs,
+                  "The run's input (manifest, folder or tar shards; tars may be given several "
+                  "times, in the order of the run's input.tars): every id must be embedded or "
+                  "failed");
   cmd->add_flag("--json", o->json, "Print JSON (every problem and id listed)");
   cmd->add_option("--list", o->max_listed, "Ids to list per input problem (default 20)")
       ->check(CLI::NonNegativeNumber);
