@@ -124,8 +124,9 @@ std::vector<std::filesystem::path> expand_tar_list(const PathList& list) {
       auto same = std::filesystem::weakly_canonical(tar, error);
       if (error) same = tar.lexically_normal();
       const auto [it, first] = seen.try_emplace(same, entry, tar);
+      const size_t earlier = it->second.first;
       PC_CHECK(first, InputError, "input.tars names the tar ", printable(tar.string()),
-               " twice: in entry ", it->second.first, " (", printable(list.paths[it->second.first].string()),
+               " twice: in entry ", earlier, " (", printable(list.paths[earlier].string()),
                ") and in entry ", entry, " (", printable(list.paths[entry].string()),
                "); name each tar once");
       tars.push_back(std::move(tar));

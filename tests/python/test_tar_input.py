@@ -171,6 +171,9 @@ def test_a_list_of_tars_reads_them_in_its_order(binary, probes, minilm_folder, s
     v = subprocess.run([str(binary), "verify", str(out), "--input", str(tmp_path / "local.tar"),
                         "--input", str(tmp_path / "m.jsonl")], capture_output=True, text=True)
     assert v.returncode == 2 and "names no .tar" in v.stderr, v.stdout + v.stderr
+    v = subprocess.run([str(binary), "verify", str(out), "--input", ""], capture_output=True,
+                       text=True)
+    assert v.returncode == 2 and "--input is empty" in v.stderr, v.stdout + v.stderr
     # Run again: the output is complete and stays as it is.
     before = (out / "index.json").read_bytes()
     run_precompute(binary, tmp_path, config(out, probes, minilm_folder, tars=listed))

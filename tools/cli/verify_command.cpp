@@ -364,6 +364,10 @@ class Verifier {
   }
 
   void check_input(const OutputIndex& index) {
+    for (const auto& value : o_.inputs) {
+      PC_CHECK(!value.empty(), ConfigError,
+               "--input is empty; give the run's manifest, media folder or tar shards");
+    }
     const InputSection section =
         input_section_for(std::vector<std::filesystem::path>(o_.inputs.begin(), o_.inputs.end()));
     const std::string input = inputs_text(", ");
@@ -415,8 +419,12 @@ class Verifier {
       add(Severity::kIncomplete, "",
           fmt::format("{} input id(s) have neither an embedding nor a failure record: {}",
                       missing_.size(), listed(missing_)),
-          fmt::format("{} with --input {} (add --retry-failed to redo failed samples too)",
-                      kResumeFix, inputs_text(" --input ")));
+          o_.inputs.size() == 1
+              ? fmt::format("{} with --input {} (add --retry-failed to redo failed samples too)",
+                            kResumeFix, o_.inputs[0])
+              : fmt::format("{}, whose config's input.tars lists {} (add --retry-failed to redo "
+                            "failed samples too)",
+                            kResumeFix, input));
     }
     if (!foreign_.empty()) {
       std::vector<std::string> names;
