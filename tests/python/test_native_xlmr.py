@@ -289,3 +289,27 @@ def test_ranks_a_crash_and_a_changed_prefix(binary, e5_like, tmp_path):
     resumed = run_precompute(binary, tmp_path, config, "--rank", "1", "--world-size", "3")
     assert f"merged 3 rank(s) into {out}" in resumed.stderr, resumed.stderr[-2000:]
     assert_same_output(oracle, out)
+
+
+def test_tokenize_shows_the_ids_run_embeds_prefix_included(binary, e5_like, tmp_path):
+    from transformers import AutoTokenizer
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"input": {"manifest": "unused.jsonl"},
+                                  "output": {"path": str(tmp_path / "out")},
+                                  "text": {"encoder": {"type": "bert", "path": str(e5_like)},
+                                           "prefix": "passage: "}}))
+    texts = ["Ｈéllo wörld, 東京", "a <pad> b"]
+    shown = subprocess.run([str(binary), "tokenize", "--config", str(config), "--json", *texts],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    tokenizer = AutoTokenizer.from_pretrained(str(e5_like))
+    for row, text in zip(rows, texts):
+        assert row["text"] == text and row["prefix"] == "passage: "
+        assert row["ids"] == tokenizer("passage: " + text)["input_ids"], text
+    plain = subprocess.run([str(binary), "tokenize", "--model", str(e5_like), "--json", texts[0]],
+                           capture_output=True, text=True)
+    assert "prefix" not in json.loads(plain.stdout)
+    stats = subprocess.run([str(binary), "tokenize", "--config", str(config), "--stats", *texts],
+                           capture_output=True, text=True)
+    assert stats.returncode == 0 and 'text.prefix "passage: "' in stats.stdout, stats.stdout

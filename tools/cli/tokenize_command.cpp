@@ -82,23 +82,28 @@ std::vector<std::string> read_lines(const std::string& file) {
   return lines;
 }
 
-void print_one(const TextTokenizer& tokenizer, const std::string& text, bool json) {
+// `prefix` is text.prefix, which `run` puts before every caption (Note [Caption prefixes] in
+// encoders/bert/text_settings.cpp): shown, so that the ids are the ones `run` embeds.
+void print_one(const TextTokenizer& tokenizer, const std::string& prefix, const std::string& text,
+               bool json) {
   int64_t invalid = 0;
-  const auto tokens = tokenizer.encode(text, &invalid);
+  const auto tokens = tokenizer.encode(prefix + text, &invalid);
   std::vector<std::string> pieces;
   for (auto id : tokens.ids) pieces.push_back(tokenizer.token(id));
   if (json) {
     // Invalid UTF-8 in the text is replaced by U+FFFD in the output, as the tokenizer sees it.
-    const nlohmann::json j = {{"text", text},
+    nlohmann::json j = {{"text", text},
                         {"ids", tokens.ids},
                         {"tokens", pieces},
                         {"num_tokens", tokens.ids.size()},
                         {"truncated", tokens.truncated},
                         {"invalid_utf8_bytes", invalid}};
+    if (!prefix.empty()) j["prefix"] = prefix;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return;
   }
-  std::cout << fmt::format("{} tokens{}{}:\n  ids:    {}\n  tokens: {}\n", tokens.ids.size(),
+  std::cout << fmt::format("{} tokens{}{}{}:\n  ids:    {}\n  tokens: {}\n", tokens.ids.size(),
+                           prefix.empty() ? "" : fmt::format(" (text.prefix \"{}\" first)", prefix),
                            tokens.truncated ? ", truncated at max_length" : "",
                            invalid > 0 ? fmt::format(", {} invalid UTF-8 bytes replaced", invalid)
                                        : "",
@@ -106,8 +111,8 @@ void print_one(const TextTokenizer& tokenizer, const std::string& text, bool jso
 }
 
 // Tokenizes every line on `threads` threads; prints lengths, truncation and throughput.
-void print_stats(const TextTokenizer& tokenizer, const std::vector<std::string>& texts,
-                 int threads) {
+void print_stats(const TextTokenizer& tokenizer, const std::string& prefix,
+                 const std::vector<std::string>& texts, int threads) {
   const auto n = texts.size();
   std::vector<int32_t> lengths(n);
   std::vector<uint8_t> truncated(n);
@@ -116,7 +121,7 @@ void print_stats(const TextTokenizer& tokenizer, const std::vector<std::string>&
   for (int w = 0; w < threads; ++w) {
     workers.emplace_back([&, w] {
       for (size_t i = static_cast<size_t>(w); i < n; i += static_cast<size_t>(threads)) {
-        const auto t = tokenizer.encode(texts[i]);
+        const auto t = tokenizer.encode(prefix.empty() ? texts[i] : prefix + texts[i]);
         lengths[i] = static_cast<int32_t>(t.ids.size());
         truncated[i] = t.truncated;
       }
@@ -142,6 +147,9 @@ void print_stats(const TextTokenizer& tokenizer, const std::vector<std::string>&
       pct(0.99), sorted.empty() ? 0 : sorted.back(), cut,
       n ? 100.0 * static_cast<double>(cut) / static_cast<double>(n) : 0.0, seconds, threads,
       static_cast<double>(n) / seconds, static_cast<double>(tokens) / seconds);
+  if (!prefix.empty()) {
+    std::cout << fmt::format("(each text after text.prefix \"{}\", as run embeds it)\n", prefix);
+  }
 }
 
 int tokenize(const TokenizeOptions& o) {
@@ -161,9 +169,9 @@ int tokenize(const TokenizeOptions& o) {
     const int threads = o.threads > 0 ? o.threads
                                       : std::max(1, static_cast<int>(
                                                         std::thread::hardware_concurrency()));
-    print_stats(tokenizer, texts, threads);
+    print_stats(tokenizer, text.prefix, texts, threads);
   } else {
-    for (const auto& t : texts) print_one(tokenizer, t, o.json);
+    for (const auto& t : texts) print_one(tokenizer, text.prefix, t, o.json);
   }
   return kExitOk;
 }
