@@ -4,7 +4,7 @@ runs, whole process and run only, with where precompute's time went.
 
     python3 tools/bench/text_scale.py --build build-gpu --devices "cuda:0;cuda:0,cuda:1"
     .venv/bin/python tools/bench/text_scale.py --device-kind cpu --captions 2000 --runs 1 \
-        --devices cpu --build build                       # smoke test (tests/python)
+        --devices cpu --build build                       # smoke test on CPU
 
 Data and model: text_throughput.py's (random 20,000-word vocabulary, random BERT-base, captions
 of N(12, 5) words; with --model xlmr its XLM-R base and captions in 11 scripts), so the figures
