@@ -44,14 +44,18 @@ bench_rc=${PIPESTATUS[0]}
 bench_s=$((SECONDS - t0))
 
 echo "==== tokenizer throughput, all cores (log: $OUT/tokenize.log) ===="
-if [ -x build-gpu/tools/cli/precompute ] && [ -f /tmp/text-bench/short.jsonl ]; then
+# The short captions of whichever model ran (text_throughput.py's names for each).
+for pair in "short.jsonl bert-random" "short-xlmr.jsonl xlmr-random"; do
+  # shellcheck disable=SC2086  # two words: the manifest, the model folder
+  set -- $pair
+  [ -x build-gpu/tools/cli/precompute ] && [ -f "/tmp/text-bench/$1" ] || continue
   "$python" -c "import json,sys; [print(json.loads(l)['text']) for l in open(sys.argv[1])]" \
-    /tmp/text-bench/short.jsonl > /tmp/text-bench/short.txt
+    "/tmp/text-bench/$1" > "/tmp/text-bench/$1.txt"
   # shellcheck disable=SC1091
   (source build-gpu/precompute-env.sh 2>/dev/null
-   build-gpu/tools/cli/precompute tokenize --model /tmp/text-bench/bert-random \
-     --file /tmp/text-bench/short.txt --stats --threads "$(nproc)") 2>&1 | tee "$OUT/tokenize.log"
-fi
+   build-gpu/tools/cli/precompute tokenize --model "/tmp/text-bench/$2" \
+     --file "/tmp/text-bench/$1.txt" --stats --threads "$(nproc)") 2>&1 | tee -a "$OUT/tokenize.log"
+done
 
 echo
 echo "==== summary ===="
