@@ -350,19 +350,23 @@ def test_the_webdataset_example_packs_runs_and_trains(binary, probes, minilm_fol
     assert len(json.loads(metrics.read_text())["epochs"]) == 2
 
 
+@pytest.mark.parametrize("form", ["range", "list"])
 def test_four_ranks_and_their_merge_equal_one_process(binary, probes, minilm_folder, shards,
-                                                      tmp_path):
-    pattern = str(shards / "{000000..000002}.tar")
+                                                      tmp_path, form):
+    # The same tars as one range, or as a list of a tar and a range (input.tars).
+    tars = ([str(shards / "{000000..000002}.tar")] if form == "range" else
+            [str(shards / "000000.tar"), str(shards / "{000001..000002}.tar")])
+    key = tars[0] if form == "range" else tars
     one = tmp_path / "one"
-    run_precompute(binary, tmp_path, config(one, probes, minilm_folder, tars=pattern))
+    run_precompute(binary, tmp_path, config(one, probes, minilm_folder, tars=key))
     out = tmp_path / "ranks"
-    cfg = config(out, probes, minilm_folder, tars=pattern)
+    cfg = config(out, probes, minilm_folder, tars=key)
     for rank in (2, 0, 3, 1):
         r = run_precompute(binary, tmp_path, cfg, "--rank", str(rank), "--world-size", "4")
     assert f"merged 4 rank(s) into {out}" in r.stderr
     assert_same_embeddings(one, out)
-    v = subprocess.run([str(binary), "verify", str(out), "--input", pattern],
-                       capture_output=True, text=True)
+    inputs = [flag for tar in tars for flag in ("--input", tar)]
+    v = subprocess.run([str(binary), "verify", str(out), *inputs], capture_output=True, text=True)
     assert v.returncode == 0, v.stdout + v.stderr
 
 
