@@ -117,14 +117,14 @@ std::vector<std::filesystem::path> expand_tar_shards(const std::filesystem::path
 
 std::vector<std::filesystem::path> expand_tar_list(const PathList& list) {
   std::vector<std::filesystem::path> tars;
-  std::map<std::filesystem::path, std::pair<size_t, std::filesystem::path>> seen;
+  std::map<std::filesystem::path, size_t> seen;  // a tar, resolved -> the entry naming it
   for (size_t entry = 0; entry < list.size(); ++entry) {
     for (auto& tar : expand_tar_shards(list.paths[entry])) {
       std::error_code error;
       auto same = std::filesystem::weakly_canonical(tar, error);
       if (error) same = tar.lexically_normal();
-      const auto [it, first] = seen.try_emplace(same, entry, tar);
-      const size_t earlier = it->second.first;
+      const auto [it, first] = seen.try_emplace(same, entry);
+      const size_t earlier = it->second;
       PC_CHECK(first, InputError, "input.tars names the tar ", printable(tar.string()),
                " twice: in entry ", earlier, " (", printable(list.paths[earlier].string()),
                ") and in entry ", entry, " (", printable(list.paths[entry].string()),

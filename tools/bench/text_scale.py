@@ -10,9 +10,9 @@ Data and model: text_throughput.py's (random 20,000-word vocabulary, random BERT
 of N(12, 5) words; with --model xlmr its XLM-R base and captions in 11 scripts), so the figures
 compare with its table. precompute runs `encoder: {type: bert}`, bf16 (float32 on CPU), batches
 of 4,096 captions / 65,536 tokens, float16 shards of 8,192, with `run.device` set to each device
-set in turn. The peer runs in its own process per run (its
-whole-process figure includes Python, torch and the model load, as precompute's includes its
-start-up), on the first device of the first set.
+set in turn. The peer runs in its own process per run (its whole-process figure includes Python,
+torch and the model load, as precompute's includes its start-up), on the first device of the
+first set.
 
 Profile of each precompute run: its summary's busy seconds per stage (route, assemble, build
 shards, commit, encode), and each GPU's mean utilisation from nvidia-smi sampled every 100 ms

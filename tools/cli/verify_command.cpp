@@ -356,21 +356,15 @@ class Verifier {
     }
   }
 
-  // The --input values, joined by `separator`.
-  std::string inputs_text(const std::string& separator) const {
-    std::string out;
-    for (const auto& input : o_.inputs) out += (out.empty() ? "" : separator) + input;
-    return out;
-  }
-
   void check_input(const OutputIndex& index) {
     for (const auto& value : o_.inputs) {
       PC_CHECK(!value.empty(), ConfigError,
                "--input is empty; give the run's manifest, media folder or tar shards");
     }
-    const InputSection section =
-        input_section_for(std::vector<std::filesystem::path>(o_.inputs.begin(), o_.inputs.end()));
-    const std::string input = inputs_text(", ");
+    const PathList given{{o_.inputs.begin(), o_.inputs.end()}};
+    const InputSection section = input_section_for(given.paths);
+    input_text_ = given.text();
+    const std::string& input = input_text_;
     // With the run's kept columns: their values are part of each shard's input_sha256; and its
     // caption cap, which bounds the tar captions that are part of it too.
     const auto samples = read_input(
@@ -497,7 +491,7 @@ class Verifier {
       }
       j["notes"] = notes_;
       if (!o_.inputs.empty()) {
-        j["input"] = {{"path", inputs_text(", ")},
+        j["input"] = {{"path", input_text_},
                       {"samples", input_samples_},
                       {"accounted_for", accounted_},
                       {"missing_ids", missing_}};
@@ -537,6 +531,7 @@ class Verifier {
   std::unordered_set<std::string> failure_ids_;
   int64_t samples_ = 0;
   int64_t failure_records_ = 0;
+  std::string input_text_;  // the --input values, as messages and the JSON name them
   int64_t input_samples_ = 0;
   int64_t accounted_ = 0;
   std::vector<std::string> missing_;                          // input ids the output lacks
