@@ -102,6 +102,10 @@ def time_precompute(binary: Path, model: Path, files: list, sampling: str, decod
             "decoders": video["decoders"] if video["nvdec_sessions"] > 0 else None,
             "busy": run.busy,
             "graph_s": run.summary["seconds"]["graph"],
+            "frames_embedded": video["frames_kept"],
+            "gpu_peak_mib": run.gpu_peak_mib(),
+            "gpu_budget_mib": (run.summary["memory"]["gpu_budget"] or [{}])[0].get(
+                "budget_bytes", 0) / 2**20,
             "nvdec_busy_pct": round(100 * busy_fraction) if busy_fraction is not None else None,
             "cpu_decodes_at_once": round(at_once, 1) if at_once is not None else None,
             # CPU seconds of the process (user + system): what a clip costs the cores.
