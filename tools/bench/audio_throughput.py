@@ -19,6 +19,14 @@ The peer (the strongest Python path on the GPU machine, which has no torchaudio)
 resamples) in --workers DataLoader workers, batches of --batch tracks grouped by length as
 precompute does, the same model on the same device; vectors kept in memory (it writes nothing).
 
+With --model whisper-base (issue 35's Whisper row): a whisper-base-sized model with random
+weights (seed 0); precompute runs its `python -m precompute.export whisper-encoder` package for
+--device in --dtype (log-mel front end inside, 30-s windows, the encoder's output averaged over
+the frames that hold audio, windows averaged per track); the peer decodes the same way and then
+does in Python what a transformers user writes: 30-s windows, WhisperFeatureExtractor on the
+GPU, WhisperModel's encoder in --dtype, the same averages. --clips takes the audio tracks of
+video clips (bench-data/h264_720p) in place of --media.
+
 Figures, each the median of --runs runs: tracks/s and audio hours/s over the whole process (start
 to exit: imports, model load, CUDA start-up, writing) and over the run alone (precompute's own
 timer; the peer's loop from the first batch requested). Parity: cosine of precompute's vector
@@ -161,6 +169,48 @@ def export_audio_model(path: Path) -> Path:
     return path
 
 
+# Whisper-base's encoder sizes (openai/whisper-base: 80 mel bins, 6 layers of 512).
+WHISPER_BASE = dict(d_model=512, encoder_layers=6, encoder_attention_heads=8,
+                    encoder_ffn_dim=2048, decoder_layers=1, decoder_attention_heads=8,
+                    decoder_ffn_dim=2048, num_mel_bins=80, max_source_positions=1500)
+
+
+def whisper_package(work: Path, device: str, dtype: str) -> tuple:
+    """(a whisper-base-sized folder with random weights (seed 0) and its feature extractor's
+    config, its `python -m precompute.export whisper-encoder` package for `device` and `dtype`,
+    seconds the export took (0 when made before))."""
+    folder = work / "whisper-base"
+    if not (folder / "config.json").exists():
+        import torch
+        from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperModel
+        torch.manual_seed(0)
+        WhisperModel(WhisperConfig(**WHISPER_BASE)).eval().save_pretrained(folder)
+        WhisperFeatureExtractor(feature_size=80).save_pretrained(folder)
+    kind = device.split(":")[0]
+    package = work / f"whisper-base.{kind}.{dtype}.pt2"
+    if package.exists():
+        return folder, package, 0.0
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "precompute.export", "whisper-encoder",
+                        str(folder), str(package), "--device", kind, "--dtype", dtype],
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]
+                                                        / "python")},
+                       capture_output=True, text=True, timeout=1200)
+    if r.returncode != 0:
+        raise RuntimeError(f"whisper export: exit {r.returncode}: {r.stderr[-2000:]}")
+    return folder, package, time.perf_counter() - t
+
+
+def clip_media(clips: Path, count: int, seconds: float) -> tuple:
+    """(files, seconds): --tracks entries cycling over the video clips of a folder (their audio
+    tracks), each `seconds` long."""
+    unique = sorted(p.resolve() for p in clips.iterdir()
+                    if p.suffix in (".mp4", ".mkv", ".webm", ".mov"))
+    assert unique, f"no clips in {clips}"
+    picks = [unique[k % len(unique)] for k in range(count)]
+    return picks, [seconds] * count
+
+
 # ------------------------------------------------------------------------------------------------
 # Measuring
 # ------------------------------------------------------------------------------------------------
@@ -253,12 +303,20 @@ def read_shards(out: Path, modality: str) -> dict:
     return vectors
 
 
-def cosines(a: dict, b: dict) -> dict:
+def cosines(a: dict, b: dict, centred: bool = False) -> dict:
+    """Cosine per track of a's vector against b's; `centred`: each set less its own mean vector
+    first (a random network's vectors are alike across tracks, which would let any output
+    pass)."""
     import numpy as np
     vals = []
+    shift = {}
+    for name, vectors in (("a", a), ("b", b)):
+        shift[name] = np.mean([np.asarray(v, np.float64) for v in vectors.values()], axis=0) \
+            if centred and vectors else 0.0
     for k, v in a.items():
         if k in b:
-            x, y = np.asarray(v, np.float64), np.asarray(b[k], np.float64)
+            x = np.asarray(v, np.float64) - shift["a"]
+            y = np.asarray(b[k], np.float64) - shift["b"]
             vals.append(float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y) + 1e-30)))
     if not vals:
         return {"compared": 0, "min": None, "median": None}
@@ -319,6 +377,70 @@ print(json.dumps({"run_s": run_s, "samples": samples, "start_s": t - T0, "ffmpeg
 '''
 
 
+# The Whisper peer: the same decoding in DataLoader workers, then per batch what a user of
+# transformers writes: each track cut into 30-s windows, WhisperFeatureExtractor on the GPU
+# (its PyTorch STFT, `device=`), WhisperModel's encoder in the dtype asked, its output averaged
+# over the frames that hold audio (ceil(samples / 320)), the windows of a track averaged.
+PEER_WHISPER = r'''
+import json, math, sys, time
+T0 = time.perf_counter()
+import numpy as np, torch
+from torch.utils.data import DataLoader, Dataset
+from torchcodec.decoders import AudioDecoder
+from transformers import WhisperFeatureExtractor, WhisperModel
+folder, listing, device, workers, batch, out, dtype = sys.argv[1:8]
+workers, batch, dtype = int(workers), int(batch), getattr(torch, dtype)
+files = open(listing).read().split("\n")[:-1]
+WINDOW = 30 * 16000
+
+class Tracks(Dataset):
+    def __len__(self):
+        return len(files)
+    def __getitem__(self, i):
+        s = AudioDecoder(files[i], sample_rate=16000, num_channels=1).get_all_samples()
+        return i, s.data[0].contiguous()
+
+def one_thread(_):
+    torch.set_num_threads(1)
+
+extractor = WhisperFeatureExtractor.from_pretrained(folder)
+encoder = WhisperModel.from_pretrained(folder, torch_dtype=dtype).get_encoder().to(device).eval()
+
+def embed(windows):
+    feats = extractor([w.numpy() for w in windows], sampling_rate=16000, return_tensors="pt",
+                      device=device).input_features.to(device, dtype)
+    hidden = encoder(feats).last_hidden_state.float()
+    frames = torch.tensor([max(1, math.ceil(w.numel() / 320)) for w in windows], device=device)
+    mask = torch.arange(hidden.shape[1], device=device)[None, :] < frames[:, None]
+    return (hidden * mask[..., None]).sum(1) / frames[:, None]
+
+with torch.inference_mode():
+    embed([torch.zeros(16000)])
+if device.startswith("cuda"):
+    torch.cuda.synchronize()
+loader = DataLoader(Tracks(), batch_size=batch, num_workers=workers, collate_fn=list,
+                    worker_init_fn=one_thread if workers else None)
+vectors = [None] * len(files)
+samples = 0
+t = time.perf_counter()
+with torch.inference_mode():
+    for items in loader:
+        owners, windows = [], []
+        for i, w in items:
+            for s in range(0, max(1, w.numel()), WINDOW):
+                owners.append(i)
+                windows.append(w[s:s + WINDOW])
+            samples += w.numel()
+        for s in range(0, len(windows), batch):
+            y = embed(windows[s:s + batch]).cpu()
+            for k, i in enumerate(owners[s:s + batch]):
+                vectors[i] = y[k:k + 1] if vectors[i] is None else torch.cat([vectors[i], y[k:k + 1]])
+run_s = time.perf_counter() - t
+np.save(out, torch.stack([v.mean(0) for v in vectors]).numpy())
+print(json.dumps({"run_s": run_s, "samples": samples, "start_s": t - T0, "ffmpeg": None}))
+'''
+
+
 def peer_env(extra_path: str) -> dict:
     """The peer's environment: torchcodec's folder first on PYTHONPATH, and the FFmpeg it loads
     (one with libavfilter and libavdevice, unlike precompute's GPU build) first on
@@ -332,15 +454,18 @@ def peer_env(extra_path: str) -> dict:
 
 
 def run_peer(args, model: Path, files: list, tag: str) -> tuple:
+    """The torchcodec peer with the conv model (`model` its TorchScript file) or, with --model
+    whisper-base, with the transformers model (`model` its folder)."""
     listing = args.work / "peer-files.txt"
     listing.write_text("".join(f"{f}\n" for f in files))
-    script = args.work / "peer_audio.py"
-    script.write_text(PEER)
+    whisper = args.model == "whisper-base"
+    script = args.work / ("peer_whisper.py" if whisper else "peer_audio.py")
+    script.write_text(PEER_WHISPER if whisper else PEER)
     out = args.work / f"{tag}.npy"
     wall, stdout, _, peak = run_process(
         [sys.executable, str(script), str(model), str(listing), args.device, str(args.workers),
-         str(args.batch), str(out)], peer_env(args.peer_path), args.work / f"{tag}.log",
-        args.timeout)
+         str(args.batch), str(out)] + ([args.dtype] if whisper else []),
+        peer_env(args.peer_path), args.work / f"{tag}.log", args.timeout)
     got = json.loads(stdout.strip().splitlines()[-1])
     import numpy as np
     vec = np.load(out)
@@ -395,6 +520,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--min-cosine", type=float, default=0.99)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--model", choices=("conv", "whisper-base"), default="conv",
+                    help="whisper-base: a whisper-base-sized encoder with random weights, "
+                         "precompute running its `precompute.export whisper-encoder` package "
+                         "in --dtype, the peer transformers' feature extractor and encoder")
+    ap.add_argument("--clips", type=Path,
+                    help="the audio tracks of these video clips instead of --media (cycled "
+                         "up to --tracks entries)")
+    ap.add_argument("--clip-seconds", type=float, default=10,
+                    help="each clip's length, for the audio hours (bench-data/h264_720p: 10)")
     ap.add_argument("--quick", action="store_true",
                     help="CPU smoke run: 8 unique 3-8 s tracks made here, 16 entries, 1 run")
     args = ap.parse_args(argv)
@@ -409,14 +543,22 @@ def main(argv=None) -> int:
         make_media(args.media, 8, args.seed, 3, 8)
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    model = export_audio_model(args.work / "audio_conv.pt")
-    files, seconds = media_list(args.media, args.work, args.tracks)
+    export_s = None
+    if args.model == "whisper-base":
+        peer_model, model, export_s = whisper_package(args.work, args.device, args.dtype)
+    else:
+        model = peer_model = export_audio_model(args.work / "audio_conv.pt")
+    if args.clips:
+        files, seconds = clip_media(args.clips, args.tracks, args.clip_seconds)
+    else:
+        files, seconds = media_list(args.media, args.work, args.tracks)
     hours = sum(seconds) / 3600
     ids = [f"a{i:06d}" for i in range(len(files))]
     manifest = args.work / "manifest.jsonl"
     write_manifest(manifest, [{"id": i, "audio": str(f)} for i, f in zip(ids, files)])
     print(json.dumps({"tracks": len(files), "unique": len(set(files)),
-                      "audio_hours": round(hours, 3), "device": args.device}), flush=True)
+                      "audio_hours": round(hours, 3), "device": args.device,
+                      "model": args.model, "export_s": export_s}), flush=True)
 
     results, failed, vectors = [], 0, {}
     out = args.work / "out-precompute"
@@ -428,10 +570,14 @@ def main(argv=None) -> int:
                   "batch_size": args.batch, "sample_rate": SAMPLE_RATE, "window_s": 0,
                   "pooling": "mean"},
     }
+    if args.model == "whisper-base":  # the package says its sample rate and 30-s window
+        for key in ("sample_rate", "window_s"):
+            del config["audio"][key]
     try:
         runs = [time_precompute(args.binary, config, args.work, f"precompute-{k}", args.timeout)
                 for k in range(args.runs)]
-        results.append(summarise(f"precompute ({args.device}, batch {args.batch})", runs, hours))
+        results.append(summarise(f"precompute {args.model} ({args.device}, batch {args.batch})",
+                                 runs, hours))
         vectors["precompute"] = read_shards(out, "audio")
     except Exception as e:  # the table says what failed; the peer still runs
         failed += 1
@@ -440,10 +586,11 @@ def main(argv=None) -> int:
         try:
             runs, vec = [], None
             for k in range(args.runs):
-                r, vec = run_peer(args, model, files, f"peer-{k}")
+                r, vec = run_peer(args, peer_model, files, f"peer-{k}")
                 runs.append(r)
             results.append(summarise(f"torchcodec AudioDecoder, {args.workers} DataLoader "
-                                     f"workers ({args.device}, batch {args.batch})", runs, hours))
+                                     f"workers, {args.model} ({args.device}, batch {args.batch})",
+                                     runs, hours))
             vectors["peer"] = vec
         except Exception as e:
             failed += 1
@@ -453,6 +600,7 @@ def main(argv=None) -> int:
     parity = None
     if "precompute" in vectors and "peer" in vectors:
         parity = cosines(vectors["precompute"], vectors["peer"])
+        parity["centred"] = cosines(vectors["precompute"], vectors["peer"], centred=True)
         parity["bound"] = args.min_cosine
         parity["ok"] = parity["compared"] == len(files) and parity["min"] >= args.min_cosine
         print(json.dumps({"parity": parity}), flush=True)
@@ -461,7 +609,9 @@ def main(argv=None) -> int:
     report = {"workload": {"tracks": len(files), "unique": len(set(files)),
                            "audio_hours": round(hours, 4), "device": args.device,
                            "batch": args.batch, "workers": args.workers, "dtype": args.dtype,
-                           "window_s": 0, "sample_rate": SAMPLE_RATE, "runs": args.runs,
+                           "window_s": 30 if args.model == "whisper-base" else 0,
+                           "sample_rate": SAMPLE_RATE, "runs": args.runs,
+                           "model": args.model, "export_s": export_s,
                            "quick": args.quick},
               "results": results, "parity": parity, "failed": failed}
     (args.out / "audio_bench.json").write_text(json.dumps(report, indent=1))

@@ -86,18 +86,23 @@ def export_package(folder: Path, device: str, dtype: str) -> tuple:
     return out, time.perf_counter() - t
 
 
-def trace_torchscript(folder: Path) -> Path:
-    """The recipe's module (pooler_output of frames [N, 3, 224, 224]) traced on the CPU in
-    float32; precompute casts it to video.dtype on the GPU as it does any TorchScript file."""
-    out = folder.with_suffix(".pt")
+def trace_torchscript(folder: Path, device: str, dtype: str) -> Path:
+    """The recipe's module (pooler_output of frames [N, 3, 224, 224]) traced on `device` in
+    `dtype`. Traced in float32, transformers' CLIP would cast every input to float32 (its
+    embeddings cast to the weights' dtype, which the trace records as a constant) and fail
+    against float16 weights: a TorchScript file is traced for the dtype it will run in."""
+    out = folder.with_suffix(f".{device.split(':')[0]}.{dtype}.pt")
     if not out.exists():
         import torch
         from transformers import CLIPVisionModel
         sys.path.insert(0, str(ROOT / "python"))
         from precompute.export import _Pooled
-        model = _Pooled(CLIPVisionModel.from_pretrained(folder), "pooler_output").eval()
+        kind = getattr(torch, dtype)
+        model = _Pooled(CLIPVisionModel.from_pretrained(folder, torch_dtype=kind),
+                        "pooler_output").to(device).eval()
         with torch.no_grad():
-            torch.jit.trace(model, torch.randn(2, 3, 224, 224), strict=False).save(str(out))
+            example = torch.randn(2, 3, 224, 224, device=device, dtype=kind)
+            torch.jit.trace(model, example, strict=False).save(str(out))
     return out
 
 
@@ -325,7 +330,7 @@ def main() -> int:
         try:
             folder = model_folder(model)
             package, export_s = export_package(folder, args.device.split(":")[0], dtype)
-            torchscript = trace_torchscript(folder)
+            torchscript = trace_torchscript(folder, args.device, dtype)
             print(elapsed(), json.dumps({"model": model, "export_s": round(export_s, 1),
                                          "package_mb": round(package.stat().st_size / 1e6, 1)}),
                   flush=True)

@@ -73,6 +73,9 @@ fi
 
 # The wheels' packages for this Python (h5py, torchcodec, ...), each once per machine.
 gpu_wheels_site
+# The machine's own library path, for audio_throughput.py: its exports compile and load with
+# the machine's libraries, and it gives the binary its own (precompute_run.binary_env).
+machine_library_path=${LD_LIBRARY_PATH-}
 # shellcheck disable=SC1091
 [ -f build-gpu/precompute-env.sh ] && source build-gpu/precompute-env.sh
 binary=build-gpu/tools/cli/precompute
@@ -93,7 +96,8 @@ if [[ " $stages " == *" audio "* ]]; then
   echo "==== audio throughput (log: $OUT/audio_throughput.log) ===="
   t0=$SECONDS
   # shellcheck disable=SC2086  # AUDIO_ARGS is a list of words
-  "$python" tools/bench/audio_throughput.py --binary "$binary" --out "$OUT" \
+  LD_LIBRARY_PATH=$machine_library_path \
+    "$python" tools/bench/audio_throughput.py --binary "$binary" --out "$OUT" \
     ${AUDIO_ARGS:-} 2>&1 | tee "$OUT/audio_throughput.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   echo "audio: $((SECONDS - t0)) s"
