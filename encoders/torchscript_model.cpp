@@ -7,6 +7,26 @@
 #include "pipeline/core/logging.hpp"
 
 namespace precompute {
+namespace {
+
+// Note [Casting a TorchScript model to the compute dtype]
+// torch::jit::Module::to(dtype) casts every parameter and buffer, integer ones included, where
+// Python's nn.Module.to(dtype) casts floating-point tensors only. A traced Hugging Face vision
+// tower keeps its position ids as an int64 buffer that indexes its position embedding; cast to
+// float16 the lookup fails on every batch ("Expected tensor for argument #1 'indices' to have
+// one of the following scalar types: Long, Int"). So only floating-point tensors are cast, as
+// the module would have been in Python.
+void cast_floating_state(torch::jit::Module& module, at::ScalarType dtype) {
+  const auto cast = [dtype](at::Tensor tensor) {
+    if (tensor.is_floating_point() && tensor.scalar_type() != dtype) {
+      tensor.set_data(tensor.to(dtype));
+    }
+  };
+  for (const at::Tensor& parameter : module.parameters(/*recurse=*/true)) cast(parameter);
+  for (const at::Tensor& buffer : module.buffers(/*recurse=*/true)) cast(buffer);
+}
+
+}  // namespace
 
 TorchScriptModel::TorchScriptModel(const std::filesystem::path& file, const c10::Device& device,
                                    ComputeDtype dtype, ModelUse use)
@@ -20,7 +40,8 @@ TorchScriptModel::TorchScriptModel(const std::filesystem::path& file, const c10:
   }
   try {
     module_.eval();
-    if (dtype_ != at::kFloat) module_.to(dtype_);
+    // Floating-point tensors only (Note [Casting a TorchScript model to the compute dtype]).
+    if (dtype_ != at::kFloat) cast_floating_state(module_, dtype_);
   } catch (const c10::Error& e) {
     PC_THROW(ModelError, "cannot convert model ", file, " to ", c10::toString(dtype_), ": ",
              e.what_without_backtrace());

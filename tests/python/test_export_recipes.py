@@ -186,3 +186,48 @@ def test_lists_of_dtypes_make_one_build_each(packages, tmp_path):
         expected = model(pixel_values=x).pooler_output
         got = load_package(str(out), "cpu_float32")(x)
     assert (got - expected).abs().max().item() < 1e-4
+
+
+def test_a_traced_tower_runs_in_bfloat16_with_its_integer_buffers(binary, packages, tmp_path):
+    """A traced transformers tower keeps its position ids as an int64 buffer that indexes its
+    position embedding. Running it in bfloat16 casts the module's floating-point tensors only
+    (Note [Casting a TorchScript model to the compute dtype]); casting the ids too failed every
+    batch. The bfloat16 rows are the float32 rows within bfloat16's precision."""
+    import copy
+
+    import torch
+    sys.path.insert(0, str(ROOT / "python"))
+    from precompute.export import _Pooled
+    model, _, package = packages["clip-vision"]
+    assert any(not b.is_floating_point() for b in model.buffers())  # the case in point
+    stated = declaration(package)["video"]
+    clips = []
+    for i, colours in enumerate([["red", "blue", "white"], ["green", "black"]]):
+        clips.append({"id": f"c{i}", "video": str(tmp_path / f"c{i}.mp4")})
+        colour_clip(Path(clips[-1]["video"]), colours, size="96x64")
+    manifest = write_manifest(tmp_path / "m.jsonl", clips)
+    rows = {}
+    for dtype in ("float32", "bfloat16"):
+        kind = getattr(torch, dtype)
+        traced = tmp_path / f"{dtype}.pt"
+        # Traced in the dtype it runs in: a float32 trace records transformers' cast of the
+        # input to the weights' dtype as a float32 constant.
+        wrapped = _Pooled(copy.deepcopy(model).to(kind), "pooler_output").eval()
+        with torch.no_grad():
+            example = torch.randn(2, 3, SIZE, SIZE, dtype=kind)
+            torch.jit.trace(wrapped, example, strict=False).save(str(traced))
+        out = tmp_path / f"out-{dtype}"
+        config = {"input": {"manifest": str(manifest)}, "output": {"path": str(out)},
+                  "video": {"encoder": {"path": str(traced)}, "pooling": "none",
+                            "sampling": {"fps": 2}, "dtype": dtype, "size": stated["size"],
+                            "mean": stated["mean"], "std": stated["std"],
+                            "resize": stated["resize"]}}
+        run_precompute(binary, tmp_path, config)
+        got = read_output(out)
+        rows[dtype] = np.concatenate([np.atleast_2d(got.samples[s]["video"]["rows"])
+                                      for s in ("c0", "c1")]).astype(np.float64)
+    x, y = rows["float32"], rows["bfloat16"]
+    assert x.shape == y.shape and x.shape[0] >= 4
+    x, y = x - x.mean(0), y - y.mean(0)  # a random tower's rows are alike across frames
+    cos = (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+    assert cos.min() >= 0.98, cos
