@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/tar_header.hpp"
 #include "pipeline/input/printable_text.hpp"
 
 namespace precompute {
@@ -31,7 +32,7 @@ namespace precompute {
 
 namespace {
 
-constexpr int64_t kBlock = 512;
+constexpr int64_t kBlock = kTarBlock;
 using Block = std::array<unsigned char, kBlock>;
 
 class TarReader {
@@ -85,54 +86,6 @@ class TarReader {
       if (c != 0) return false;
     }
     return true;
-  }
-
-  static std::string field(const Block& block, size_t from, size_t length) {
-    const auto* begin = reinterpret_cast<const char*>(block.data()) + from;
-    return std::string(begin, strnlen(begin, length));
-  }
-
-  // A numeric field: octal digits (space or NUL padded), or GNU's base-256 form for values
-  // that octal cannot hold (first byte's high bit set).
-  std::optional<int64_t> number(const Block& block, size_t from, size_t length) const {
-    const unsigned char* p = block.data() + from;
-    if ((p[0] & 0x80) != 0) {
-      if ((p[0] & 0x40) != 0) return std::nullopt;  // negative
-      uint64_t value = p[0] & 0x3f;
-      for (size_t i = 1; i < length; ++i) {
-        if (value > (uint64_t{INT64_MAX} >> 8)) return std::nullopt;
-        value = (value << 8) | p[i];
-      }
-      return static_cast<int64_t>(value);
-    }
-    size_t i = 0;
-    while (i < length && p[i] == ' ') ++i;
-    int64_t value = 0;
-    bool digits = false;
-    for (; i < length && p[i] >= '0' && p[i] <= '7'; ++i) {
-      if (value > (INT64_MAX >> 3)) return std::nullopt;
-      value = value * 8 + (p[i] - '0');
-      digits = true;
-    }
-    for (; i < length; ++i) {
-      if (p[i] != ' ' && p[i] != 0) return std::nullopt;
-    }
-    if (!digits) return std::nullopt;
-    return value;
-  }
-
-  bool checksum_ok(const Block& block) const {
-    const auto stored = number(block, 148, 8);
-    if (!stored) return false;
-    // The sum with the checksum field read as spaces; some old tools summed signed chars.
-    int64_t unsigned_sum = 0;
-    int64_t signed_sum = 0;
-    for (size_t i = 0; i < block.size(); ++i) {
-      const unsigned char c = (i >= 148 && i < 156) ? ' ' : block[i];
-      unsigned_sum += c;
-      signed_sum += static_cast<signed char>(c);
-    }
-    return *stored == unsigned_sum || *stored == signed_sum;
   }
 
   // PAX extended header records: "LENGTH key=value\n", LENGTH counting the whole record.
@@ -247,16 +200,16 @@ TarIndex TarReader::read() {
     }
     // End of archive: a zero block (two by the standard; one is what some writers leave).
     if (all_zero(block)) break;
-    if (!checksum_ok(block)) fail(at, "a header whose checksum is wrong");
-    const auto size_field = number(block, 124, 12);
+    if (!tar_checksum_ok(block.data())) fail(at, "a header whose checksum is wrong");
+    const auto size_field = tar_number(block.data(), 124, 12);
     if (!size_field) fail(at, "a header whose size field is not a number");
     const char type = static_cast<char>(block[156]);
     const int64_t data_at = at + kBlock;
     const int64_t size =
         (type == '0' || type == '\0' || type == '7') && long_size ? *long_size : *size_field;
     if (size > bytes_ - data_at) {
-      fail(at, "the tar ends inside the data of member '" + printable(field(block, 0, 100)) +
-                   "' (it is truncated)");
+      fail(at, "the tar ends inside the data of member '" +
+                   printable(tar_field(block.data(), 0, 100)) + "' (it is truncated)");
     }
     const int64_t next = data_at + (size + kBlock - 1) / kBlock * kBlock;
 
@@ -281,13 +234,7 @@ TarIndex TarReader::read() {
     if (long_name) {
       name = std::move(*long_name);
     } else {
-      name = field(block, 0, 100);
-      // POSIX ustar splits long names into a prefix and a name; GNU tar uses those bytes for
-      // other things and marks its headers "ustar  ".
-      if (std::memcmp(block.data() + 257, "ustar\0", 6) == 0) {
-        const std::string prefix = field(block, 345, 155);
-        if (!prefix.empty()) name = prefix + "/" + name;
-      }
+      name = tar_header_name(block.data());
     }
     long_name.reset();
     long_size.reset();

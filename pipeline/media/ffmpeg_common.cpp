@@ -12,6 +12,7 @@ extern "C" {
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstdarg>
@@ -25,6 +26,7 @@ extern "C" {
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/pause_clock.hpp"
 #include "pipeline/core/stop_request.hpp"
+#include "pipeline/core/tar_header.hpp"
 
 namespace precompute::ffmpeg {
 namespace {
@@ -376,6 +378,18 @@ InputFile open_input(const MediaSource& media, const InputLimits& limits,
                    FailureCategory::kTooLarge, media.name(), ": the member is ", media.size,
                    " bytes, over the limit of ", limits.max_file_bytes,
                    " bytes (run.max_file_bytes); raise it to read this member");
+    // Note [A member's header is read again before its bytes] in pipeline/core/tar_header.cpp.
+    std::array<unsigned char, kTarBlock> header{};
+    std::string mismatch = "no tar header precedes its bytes";
+    if (media.offset >= kTarBlock) {
+      const ssize_t got =
+          ::pread(source.fd, header.data(), header.size(), media.offset - kTarBlock);
+      mismatch = got == kTarBlock ? member_header_mismatch(header.data(), media.member, media.size)
+                 : got < 0 ? std::string("its header cannot be read: ") + std::strerror(errno)
+                           : "its header cannot be read";
+    }
+    PC_MEDIA_CHECK(mismatch.empty(), FailureCategory::kUnreadable, media.name(), ": ", mismatch,
+                   ": the tar changed since it was indexed; run again on the tar as it is");
     source.base = media.offset;
     source.size = media.size;
   }

@@ -553,6 +553,43 @@ TEST(VideoDecoder, UrlsAndProtocolsAreRefusedAsSuch) {
   EXPECT_EQ(outcome_of(dir / "no" / "http:x.mp4", fps_options(1.0)).category, "missing");
 }
 
+// Note [A member's header is read again before its bytes]: a member whose range no longer
+// follows its own header (the tar was made again after it was indexed) is not decoded.
+TEST(VideoDecoder, ATarMemberIsReadOnlyBehindItsOwnHeader) {
+  TempDir dir;
+  make_colour_clip(dir / "a.mp4", "-c:v libx264 -pix_fmt yuv420p");
+  make_colour_clip(dir / "b.mp4", "-c:v libx264 -pix_fmt yuv420p -crf 40");
+  const auto tar = dir / "t.tar";
+  const std::string command = "cd " + testing::shell_quote(dir.path().string()) +
+                              " && tar --format=ustar -cf t.tar a.mp4 b.mp4";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const auto a_bytes = static_cast<int64_t>(std::filesystem::file_size(dir / "a.mp4"));
+  const auto b_bytes = static_cast<int64_t>(std::filesystem::file_size(dir / "b.mp4"));
+  ASSERT_NE(a_bytes, b_bytes);
+  const int64_t a_at = 512;
+  const int64_t b_at = a_at + (a_bytes + 511) / 512 * 512 + 512;
+
+  // Where the index found it: decoded.
+  const VideoFrames frames =
+      decode_video(MediaSource(tar, "a.mp4", a_at, a_bytes), fps_options(1.0));
+  EXPECT_EQ(frames.num_frames, 4);
+  EXPECT_EQ(decode_video(MediaSource(tar, "b.mp4", b_at, b_bytes), fps_options(1.0)).num_frames,
+            4);
+
+  const auto refused = [&](int64_t at, int64_t bytes, const std::string& why) {
+    const Outcome outcome = testing::media_outcome(
+        [&] { decode_video(MediaSource(tar, "a.mp4", at, bytes), fps_options(1.0)); });
+    EXPECT_EQ(outcome.category, "unreadable") << why;
+    EXPECT_NE(outcome.message.find(why), std::string::npos) << outcome.message;
+    EXPECT_NE(outcome.message.find("the tar changed since it was indexed"), std::string::npos)
+        << outcome.message;
+  };
+  refused(b_at, b_bytes, "names another member");    // another member is there now
+  refused(a_at, a_bytes - 1, "gives another size");  // a member of another size is there
+  refused(a_at + 512, a_bytes - 512, "no valid tar header precedes its bytes");  // mid-data
+  refused(0, a_bytes, "no tar header precedes its bytes");  // before the first header
+}
+
 TEST(VideoDecoder, MissingFileIsMissing) {
   TempDir dir;
   const auto path = dir / "nope.mp4";
