@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -23,6 +24,7 @@
 #include "pipeline/core/sha256.hpp"
 #include "pipeline/graph.hpp"
 #include "pipeline/input/manifest.hpp"
+#include "pipeline/input/tar_index_cache.hpp"
 #include "pipeline/core/stop_request.hpp"
 #include "pipeline/crash_containment.hpp"
 #include "pipeline/host_memory_budget.hpp"
@@ -36,6 +38,7 @@
 #include "pipeline/start_up_trace.hpp"
 #include "pipeline/stages/batch_cost_feedback.hpp"
 #include "pipeline/summary_file.hpp"
+#include "storage/atomic_file.hpp"
 #include "storage/dataset_view.hpp"
 #include "storage/hdf5_lock.hpp"
 #include "storage/job_ranks.hpp"
@@ -173,6 +176,9 @@ using Clock = std::chrono::steady_clock;
 struct Input {
   std::vector<SampleSpec> samples;
   std::filesystem::path path;  // input.manifest, or input.folder without one
+  // Tar input: the tars' indexes, kept from an earlier run or read now, and those read now until
+  // the run may write them (Note [Tar indexes kept in the output folder]).
+  std::shared_ptr<TarIndexCache> tar_indexes;
 
   // The id at a position, for rebuilding an index from the shards.
   std::optional<std::string_view> id_at(int64_t seq) const {
@@ -195,10 +201,17 @@ struct Input {
 };
 
 // Fills `input` in place: the hashing thread reads input.samples, so the Input never moves.
-void read_checked_input(const Config& config, Input& input) {
+// `folder`: the output folder this process writes (a rank's folder for a rank), where the tars'
+// indexes are kept.
+void read_checked_input(const Config& config, const std::filesystem::path& folder, Input& input) {
   InputColumns columns;
+  if (!config.input.tars.empty()) input.tar_indexes = std::make_shared<TarIndexCache>(folder);
   input.samples = read_input(config.input, config.output.keep_columns.names, &columns,
-                             config.text.max_text_bytes);
+                             config.text.max_text_bytes, input.tar_indexes.get());
+  if (input.tar_indexes) {
+    spdlog::info("tar indexes: {} kept from an earlier run, {} read from the tars",
+                 input.tar_indexes->reused(), input.tar_indexes->scanned());
+  }
   input.path = !config.input.manifest.empty()
                    ? config.input.manifest
                    : !config.input.tars.empty() ? std::filesystem::path(config.input.tars.text())
@@ -295,6 +308,20 @@ struct Planned {
 // The first step that changes the output folder: the earlier run's files are removed
 // (--overwrite) or repaired (a resume), and the index of what is kept is written.
 // `span`: the input positions this run covers (a rank's; the whole input otherwise).
+// Writes the tars' indexes read by this run into its folder (Note [Tar indexes kept in the
+// output folder]). They only spare a later run reading headers again: one that cannot be
+// written is a warning, and the run goes on.
+void keep_tar_indexes(const Config& config, const Input& input) {
+  if (!input.tar_indexes) return;
+  for (const auto& [name, bytes] : input.tar_indexes->take_files()) {
+    try {
+      write_file_atomically(config.output.path / name, bytes);
+    } catch (const StorageError& e) {
+      spdlog::warn("a tar's index is not kept for later runs: {}", e.what());
+    }
+  }
+}
+
 Planned plan(const Config& config, const RunContext& context, const Input& input,
              const Output& output, const Calibrated& calibrated, const RankSpan& span) {
   OutputIndex index;
@@ -356,6 +383,7 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
     refresh_dataset_view(config.output.path, index);  // never throws: the view is a convenience
   }
   mark_start_up("index and view written, or kept when there is nothing to do");
+  keep_tar_indexes(config, input);
   if (output.overwrite && context.after_overwrite) context.after_overwrite();
 
   if (previous) {
@@ -837,7 +865,11 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
   EarlyStart early(config);  // Note [Started beside the input's read]
   RunStats stats;
   Input input;
-  read_checked_input(config, input);
+  const Partition& part = context.partition;
+  read_checked_input(config,
+                     part.split() ? rank_folder(config.output.path, part.rank, part.world_size)
+                                  : config.output.path,
+                     input);
   if (context.partition.split()) {
     return run_rank(config, context, input, run_started, stats, early);
   }

@@ -355,6 +355,11 @@ OutputFolder::~OutputFolder() {
 
 void OutputFolder::remove_previous_run() const {
   auto files = list_run_files(dir_);
+  // The tars' indexes describe the input, not the output, and each is checked against its tar
+  // before use (Note [Tar indexes kept in the output folder] in pipeline/input/tar_index_cache.cpp).
+  std::erase_if(files, [](const fs::path& f) {
+    return f.filename().string().rfind(kTarIndexFilePrefix, 0) == 0;
+  });
   // The index goes last: interrupted halfway, the folder is still an earlier run (or a part of
   // one, rebuilt from its shards), never an index pointing at deleted shards.
   const auto index = std::stable_partition(

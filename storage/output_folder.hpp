@@ -23,6 +23,9 @@ inline constexpr std::string_view kRankRecordFileName = "rank.json";
 inline constexpr std::string_view kJobSummaryFileName = "job.json";
 // The summary of the last run that changed the folder (pipeline/summary_file.hpp).
 inline constexpr std::string_view kRunSummaryFileName = "summary.json";
+// The start of the names of the tars' kept indexes (pipeline/input/tar_index_cache.hpp), which
+// --overwrite leaves: they describe the input, not the output.
+inline constexpr std::string_view kTarIndexFilePrefix = ".precompute.tar-index.";
 
 struct OutputFolderOptions {
   // Accept a folder that holds files with names precompute does not make and no earlier run of
@@ -56,8 +59,8 @@ class OutputFolder {
   // one its files agree on); empty when the folder holds none.
   const std::string& output_id() const { return output_id_; }
 
-  // Removes every file precompute wrote here (index, shards, temporary files, journals);
-  // nothing else in the folder is touched. For --overwrite.
+  // Removes every file precompute wrote here (index, shards, temporary files, journals) but
+  // the tars' kept indexes; nothing else in the folder is touched. For --overwrite.
   void remove_previous_run() const;
 
   // Returns the index of an earlier run with only the shards that are intact: each shard's file

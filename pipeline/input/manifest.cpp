@@ -31,6 +31,8 @@
 #include "pipeline/core/media_names.hpp"
 #include "pipeline/input/printable_text.hpp"
 #include "pipeline/input/tar_index.hpp"
+#include "pipeline/input/tar_index_cache.hpp"
+#include "pipeline/core/tar_header.hpp"
 #include "pipeline/input/tar_shards.hpp"
 
 namespace precompute {
@@ -1075,14 +1077,33 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder, InputCo
 
 namespace {
 
-// The first `size` bytes of a member.
+// What a sample's .json member may hold (output.keep_columns reads it whole).
+constexpr int64_t kMaxJsonMemberBytes = 16 << 20;
+
+// A member whose header is not in front of its bytes any more: the tar changed since its index
+// was read (Note [A member's header is read again before its bytes]).
+struct MovedMember : InputError {
+  using InputError::InputError;
+};
+
+// The first `size` bytes of a member, read with the header in front of them, which must still be
+// the member's (MovedMember otherwise).
 std::string read_member(const std::filesystem::path& tar, const TarMember& member, int64_t size) {
-  std::string bytes(static_cast<size_t>(std::min(size, member.size)), '\0');
+  const auto length = static_cast<size_t>(std::min(size, member.size));
+  std::string bytes(static_cast<size_t>(kTarBlock) + length, '\0');
   std::ifstream in(tar, std::ios::binary);
-  in.seekg(member.offset);
+  in.seekg(member.offset - kTarBlock);
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  PC_CHECK(in.good() || (bytes.empty() && !in.bad()), InputError, "cannot read member '",
+  PC_CHECK(member.offset >= kTarBlock && in.good(), InputError, "cannot read member '",
            printable(member.name), "' of tar ", tar, ": the tar changed while it was read");
+  const std::string mismatch = member_header_mismatch(
+      reinterpret_cast<const unsigned char*>(bytes.data()), member.name, member.size);
+  if (!mismatch.empty()) {
+    throw MovedMember(detail::concat("tar ", tar, " member '", printable(member.name), "': ",
+                                     mismatch, ": the tar changed since its headers were read"),
+                      __FILE__, __LINE__);
+  }
+  bytes.erase(0, static_cast<size_t>(kTarBlock));
   return bytes;
 }
 
@@ -1098,13 +1119,35 @@ std::string read_member_caption(const std::filesystem::path& tar, const TarMembe
   return caption;
 }
 
+// The members of a tar that the input pass reads (captions, and .json members for kept
+// columns), each read once, by its position in the index. MovedMember when one is not where the
+// index says.
+std::unordered_map<size_t, std::string> read_small_members(const TarIndex& index,
+                                                           bool read_json,
+                                                           int64_t max_caption_bytes) {
+  std::unordered_map<size_t, std::string> texts;
+  for (size_t m = 0; m < index.members.size(); ++m) {
+    const TarMember& member = index.members[m];
+    if (!member.refusal.empty()) continue;
+    const std::filesystem::path name(member.name);
+    const auto kind = media_kind(name);
+    if (kind == MediaKind::kCaption) {
+      texts.emplace(m, read_member_caption(index.tar, member, max_caption_bytes));
+    } else if (read_json && kind == MediaKind::kOther &&
+               lower(name.extension().string()) == ".json" && member.size <= kMaxJsonMemberBytes) {
+      texts.emplace(m, read_member(index.tar, member, member.size));
+    }
+  }
+  return texts;
+}
+
 // The kept columns' values from a sample's .json member (Note [Kept columns]): its top-level
 // fields, a string as its text, null or absent as "", any other value as the member writes it.
 // The member is checked as a JSONL line is: one object, no key written twice, no raw NUL.
 std::vector<std::string> member_columns(const std::filesystem::path& tar, const TarMember& member,
+                                        const std::string& text,
                                         const std::vector<std::string>& keep_columns,
                                         std::vector<char>& seen) {
-  constexpr int64_t kMaxJsonMemberBytes = 16 << 20;
   const std::string where = "tar " + printable(tar.string()) + " member '" +
                             printable(member.name) + "'";
   PC_CHECK(member.refusal.empty(), InputError, where, ": ", member.refusal,
@@ -1112,7 +1155,6 @@ std::vector<std::string> member_columns(const std::filesystem::path& tar, const 
   PC_CHECK(member.size <= kMaxJsonMemberBytes, InputError, where, ": ", member.size,
            " bytes of JSON, over the ", kMaxJsonMemberBytes,
            " bytes a sample's fields may take; keep large data out of the .json member");
-  const std::string text = read_member(tar, member, member.size);
   PC_CHECK(text.find('\0') == std::string::npos, InputError, where,
            ": a NUL byte, which JSON text cannot hold; make the member valid JSON");
   nlohmann::json obj;
@@ -1147,7 +1189,8 @@ std::vector<std::string> member_columns(const std::filesystem::path& tar, const 
 
 std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars,
                                   const std::vector<std::string>& keep_columns,
-                                  InputColumns* columns, int64_t max_caption_bytes) {
+                                  InputColumns* columns, int64_t max_caption_bytes,
+                                  TarIndexCache* tar_indexes) {
   PC_ASSERT(!tars.empty(), "no tar to read");
   const std::string name = tars.size() == 1
                                ? "tar " + tars.front().string()
@@ -1178,14 +1221,29 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
       errors.assign(count, nullptr);
       tbb::parallel_for(size_t{0}, count, [&](size_t k) {
         try {
-          window[k] = index_tar(tars[t + k]);
+          window[k] = tar_indexes != nullptr ? tar_indexes->index(tars[t + k])
+                                             : index_tar(tars[t + k]);
         } catch (...) {
           errors[k] = std::current_exception();
         }
       });
     }
     if (errors[t % kWindow]) std::rethrow_exception(errors[t % kWindow]);
-    const TarIndex& index = window[t % kWindow];
+    TarIndex& index = window[t % kWindow];
+    // The captions and fields, read now; a member not where its index says (a kept index of a
+    // tar rewritten in place) sends the tar to be scanned again, once.
+    std::unordered_map<size_t, std::string> texts;
+    try {
+      texts = read_small_members(index, !keep_columns.empty(), max_caption_bytes);
+    } catch (const MovedMember& e) {
+      if (tar_indexes == nullptr) throw;
+      spdlog::info("{}; reading its headers again", e.what());
+      index = tar_indexes->rescan(tar);
+      texts = read_small_members(index, !keep_columns.empty(), max_caption_bytes);
+    }
+    const auto text_of = [&](const TarMember* member) -> const std::string& {
+      return texts.at(static_cast<size_t>(member - index.members.data()));
+    };
     struct Entry {
       std::string key;
       const TarMember* video = nullptr;
@@ -1256,11 +1314,16 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
       if (entry.video != nullptr) spec.video = source(*entry.video);
       if (entry.audio != nullptr) spec.audio = source(*entry.audio);
       if (entry.caption != nullptr) {
-        spec.text = read_member_caption(tar, *entry.caption, max_caption_bytes);
+        spec.text = text_of(entry.caption);
       }
       if (!keep_columns.empty()) {
         spec.columns = entry.json != nullptr
-                           ? member_columns(tar, *entry.json, keep_columns, seen)
+                           ? member_columns(tar, *entry.json,
+                                            texts.count(static_cast<size_t>(
+                                                entry.json - index.members.data()))
+                                                ? text_of(entry.json)
+                                                : std::string(),
+                                            keep_columns, seen)
                            : std::vector<std::string>(keep_columns.size());
       }
       samples.add(std::move(spec));
@@ -1287,10 +1350,11 @@ std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars
 
 std::vector<SampleSpec> read_input(const InputSection& input,
                                    const std::vector<std::string>& keep_columns,
-                                   InputColumns* columns, int64_t max_caption_bytes) {
+                                   InputColumns* columns, int64_t max_caption_bytes,
+                                   TarIndexCache* tar_indexes) {
   if (!input.tars.empty()) {
-    auto samples =
-        read_tars(expand_tar_list(input.tars), keep_columns, columns, max_caption_bytes);
+    auto samples = read_tars(expand_tar_list(input.tars), keep_columns, columns,
+                             max_caption_bytes, tar_indexes);
     PC_CHECK(!samples.empty(), InputError, "tar input ", input.tars.text(),
              " holds no video or audio member, so there is nothing to embed; check "
              "input.tars / --input (members: KEY.mp4, KEY.txt, ..., as WebDataset writes them)");

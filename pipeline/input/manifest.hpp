@@ -18,6 +18,8 @@
 
 namespace precompute {
 
+class TarIndexCache;  // pipeline/input/tar_index_cache.hpp
+
 enum class ManifestFormat { kJsonl, kCsv, kTsv };
 
 // JSONL for .jsonl/.ndjson/.json, CSV for .csv, TSV for .tsv/.tab; throws InputError otherwise.
@@ -61,19 +63,23 @@ std::vector<SampleSpec> scan_folder(const std::filesystem::path& folder,
 // member that is not a regular file or has an unsafe name stays in its sample, whose decoding
 // then records why (MediaSource::refusal). Throws InputError for a damaged tar (index_tar), a
 // key with two members of one kind, a key that is not UTF-8, or a key in two places (naming both
-// tars).
+// tars). `tar_indexes`, when given, finds each tar's index (kept from an earlier run, or
+// scanned and kept for this run's folder); without it every tar is scanned.
 std::vector<SampleSpec> read_tars(const std::vector<std::filesystem::path>& tars,
                                   const std::vector<std::string>& keep_columns = {},
                                   InputColumns* columns = nullptr,
-                                  int64_t max_caption_bytes = INT64_MAX);
+                                  int64_t max_caption_bytes = INT64_MAX,
+                                  TarIndexCache* tar_indexes = nullptr);
 
 // One of the above, as the config's input section says; an input with no sample at all is
 // refused (InputError), so that every caller stops before any work. `columns`, when given, gets
 // what the input has (check_input_columns() judges a config by it). `max_caption_bytes`
-// (text.max_text_bytes) bounds what is read of a tar's caption member.
+// (text.max_text_bytes) bounds what is read of a tar's caption member; `tar_indexes` is
+// read_tars'.
 std::vector<SampleSpec> read_input(const InputSection& input,
                                    const std::vector<std::string>& keep_columns = {},
                                    InputColumns* columns = nullptr,
-                                   int64_t max_caption_bytes = INT64_MAX);
+                                   int64_t max_caption_bytes = INT64_MAX,
+                                   TarIndexCache* tar_indexes = nullptr);
 
 }  // namespace precompute

@@ -190,6 +190,9 @@ TarIndex TarReader::read() {
   TarIndex index;
   index.tar = tar_;
   index.tar_bytes = bytes_;
+  index.modified_ns = int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec;
+  index.inode = info.st_ino;
+  index.device = info.st_dev;
   std::optional<std::string> long_name;  // from a GNU 'L' or PAX 'x' record, for the next member
   std::optional<int64_t> long_size;      // from a PAX 'x' record
   int64_t at = 0;

@@ -22,6 +22,11 @@ struct TarMember {
 struct TarIndex {
   std::filesystem::path tar;
   int64_t tar_bytes = 0;
+  // The file as it was read (fstat), so that a kept index can tell a changed tar
+  // (pipeline/input/tar_index_cache.hpp).
+  int64_t modified_ns = 0;
+  uint64_t inode = 0;
+  uint64_t device = 0;
   std::vector<TarMember> members;  // in tar order; folders are left out
 };
 

@@ -13,6 +13,7 @@ pipeline/input/tar_index.cpp), end to end with the real binary:
 """
 
 import io
+import os
 import json
 import signal
 import shutil
@@ -456,3 +457,61 @@ def test_an_audio_member_feeds_audio_in_place_of_the_video_track(binary, probes,
     assert set(out.samples["sound"]) >= {"audio", "text"} and "video" not in out.samples["sound"]
     np.testing.assert_array_equal(out.samples["both"]["audio"]["vector"],
                                   out.samples["sound"]["audio"]["vector"])
+
+
+def test_a_rerun_reads_the_kept_tar_indexes_and_a_rewritten_tar_afresh(binary, probes,
+                                                                          minilm_folder, media,
+                                                                          tmp_path):
+    """Note [Tar indexes kept in the output folder]: the tars' indexes are kept in the output
+    folder, and a resumed run reads no header of an unchanged tar. A tar rewritten in place with
+    the same size and modification time passes the kept index's file checks; its captions' headers
+    are not where the index says, so the tar is scanned again, and the changed input is found."""
+    tars = tmp_path / "tars"
+    tars.mkdir()
+    write_tar(tars / "000000.tar", media, [0, 1, 2], tarfile.GNU_FORMAT)
+    write_tar(tars / "000001.tar", media, [3, 4], tarfile.PAX_FORMAT)
+    out = tmp_path / "out"
+    cfg = config(out, probes, minilm_folder, tars=str(tars))
+    r = run_precompute(binary, tmp_path, cfg, "--no-supervisor", expect=None,
+                       env={"PRECOMPUTE_CRASH_AT": "shard-before-rename@2"})
+    assert r.returncode == -signal.SIGKILL, r.stderr[-3000:]
+    assert "tar indexes: 0 kept from an earlier run, 2 read from the tars" in r.stderr
+    assert len(list(out.glob(".precompute.tar-index.*"))) == 2
+
+    # The same members in another order, written over the tar in place (same inode), its
+    # modification time set back: only the members' places differ.
+    tar = tars / "000000.tar"
+    before = tar.stat()
+    reordered = tmp_path / "reordered.tar"
+    with tarfile.open(reordered, "w", format=tarfile.GNU_FORMAT) as t:
+        for i in (0, 1, 2):
+            add_bytes(t, f"{key_of(i)}.json", json.dumps({"i": i}).encode())
+            add_bytes(t, f"{key_of(i)}.txt", caption(i).encode() + b"\n")
+            t.add(media / f"clip{i}.mp4", arcname=f"{key_of(i)}.mp4")
+    assert reordered.stat().st_size == before.st_size
+    with open(tar, "r+b") as f:
+        f.write(reordered.read_bytes())
+    os.utime(tar, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert tar.stat().st_ino == before.st_ino and tar.stat().st_mtime_ns == before.st_mtime_ns
+
+    # The resume finds the captions through the tar's headers again, and the members' new
+    # places make another input than the one the committed shards hold: refused, as any
+    # changed input is, instead of reading other members' bytes as these samples'.
+    r = run_precompute(binary, tmp_path, cfg, expect=2)
+    assert "the tar changed since its headers were read; reading its headers again" in r.stderr
+    assert "tar indexes: 2 kept from an earlier run, 1 read from the tars" in r.stderr
+    assert "the input changed since the run" in r.stderr, r.stderr[-2000:]
+    # --overwrite starts the output over; the kept indexes describe the tars, not the output,
+    # so they stay, and the one read again replaces the stale one.
+    r = run_precompute(binary, tmp_path, cfg, "--overwrite")
+    assert "tar indexes: 2 kept from an earlier run, 1 read from the tars" in r.stderr
+    assert len(list(out.glob(".precompute.tar-index.*"))) == 2
+    clean = tmp_path / "clean"
+    run_precompute(binary, tmp_path, config(clean, probes, minilm_folder, tars=str(tars)))
+    assert_same_embeddings(clean, out)
+    r = run_precompute(binary, tmp_path, cfg)
+    assert "tar indexes: 2 kept from an earlier run, 0 read from the tars" in r.stderr
+    assert "reading its headers again" not in r.stderr
+    v = subprocess.run([str(binary), "verify", str(out), "--input", str(tars)],
+                       capture_output=True, text=True)
+    assert v.returncode == 0, v.stdout + v.stderr

@@ -7,14 +7,17 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/media_names.hpp"
+#include "pipeline/input/tar_index_cache.hpp"
 #include "pipeline/input/tar_shards.hpp"
 #include "test_media.hpp"
 
@@ -208,6 +211,110 @@ TEST(TarIndexTest, AZeroBlockEndsTheArchive) {
   tar.append(512, '\0');
   tar += std::string(512, 'x');  // what follows the end is not read
   EXPECT_EQ(index_tar(write(dir, tar)).members.size(), 1u);
+}
+
+// Note [Tar indexes kept in the output folder]: a kept index's file reads back as the index it
+// was made from, and any damage to it reads as no file at all.
+TEST(TarIndexCacheTest, AKeptIndexReadsBackAndDamageIsNoIndex) {
+  TarIndex index;
+  index.tar = "/data/shards/000001.tar";
+  index.tar_bytes = 1 << 20;
+  index.modified_ns = 1'700'000'000'123'456'789;
+  index.inode = 42;
+  index.device = 2049;
+  index.members = {{"a b.mp4", 512, 100, ""},
+                   {"line\nbreak.txt", 1536, 7, ""},
+                   {std::string("bad\xff name.mp4"), 2560, 0, "a symbolic link member"}};
+  const std::string bytes = encode_tar_index(index);
+  const auto back = decode_tar_index(bytes);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->tar, index.tar);
+  EXPECT_EQ(back->tar_bytes, index.tar_bytes);
+  EXPECT_EQ(back->modified_ns, index.modified_ns);
+  EXPECT_EQ(back->inode, index.inode);
+  EXPECT_EQ(back->device, index.device);
+  ASSERT_EQ(back->members.size(), index.members.size());
+  for (size_t m = 0; m < index.members.size(); ++m) {
+    EXPECT_EQ(back->members[m].name, index.members[m].name);
+    EXPECT_EQ(back->members[m].offset, index.members[m].offset);
+    EXPECT_EQ(back->members[m].size, index.members[m].size);
+    EXPECT_EQ(back->members[m].refusal, index.members[m].refusal);
+  }
+  for (size_t at = 0; at < bytes.size(); ++at) {  // every byte changed, one at a time
+    std::string damaged = bytes;
+    damaged[at] = static_cast<char>(damaged[at] ^ 0x20);
+    EXPECT_FALSE(decode_tar_index(damaged).has_value()) << "byte " << at;
+  }
+  for (size_t size = 0; size < bytes.size(); ++size) {  // cut short anywhere
+    EXPECT_FALSE(decode_tar_index(std::string_view(bytes).substr(0, size)).has_value()) << size;
+  }
+  EXPECT_FALSE(decode_tar_index(bytes + "x").has_value());
+}
+
+// A kept index is used only for the file it was made from: the same path, size, modification
+// time, inode and device; a changed tar, or a damaged file, is scanned again.
+TEST(TarIndexCacheTest, AKeptIndexIsUsedOnlyForTheSameFile) {
+  testing::TempDir dir;
+  std::string bytes;
+  append(bytes, header("a.mp4", 5));
+  append_data(bytes, "hello");
+  const auto tar = write(dir, bytes);
+  const auto out = dir / "out";
+  std::filesystem::create_directories(out);
+  const auto keep = [&](TarIndexCache& cache) {
+    for (const auto& [name, file] : cache.take_files()) {
+      EXPECT_EQ(name.rfind(".precompute.tar-index.", 0), 0u) << name;
+      std::ofstream(out / name, std::ios::binary) << file;
+    }
+  };
+  {
+    TarIndexCache cache(out);
+    EXPECT_EQ(cache.index(tar).members.size(), 1u);
+    EXPECT_EQ(cache.scanned(), 1);
+    keep(cache);
+  }
+  {
+    TarIndexCache cache(out);
+    const TarIndex kept = cache.index(tar);
+    EXPECT_EQ(cache.reused(), 1);
+    EXPECT_EQ(cache.scanned(), 0);
+    EXPECT_EQ(kept.tar, tar);  // as the input names it
+    ASSERT_EQ(kept.members.size(), 1u);
+    EXPECT_EQ(kept.members[0].offset, 512);
+    EXPECT_TRUE(cache.take_files().empty());
+  }
+  {
+    TarIndexCache readonly(out, /*keep_fresh=*/false);
+    std::filesystem::last_write_time(tar, std::filesystem::last_write_time(tar) +
+                                              std::chrono::seconds(5));
+    EXPECT_EQ(readonly.index(tar).members.size(), 1u);
+    EXPECT_EQ(readonly.scanned(), 1);  // another modification time
+    EXPECT_TRUE(readonly.take_files().empty());
+  }
+  {
+    TarIndexCache cache(out);
+    cache.index(tar);
+    EXPECT_EQ(cache.scanned(), 1);
+    keep(cache);
+    // The file damaged: scanned again.
+    const auto file = out / tar_index_file_name(tar);
+    std::string text;
+    {
+      std::ifstream in(file, std::ios::binary);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    text[text.size() / 2] ^= 1;
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
+    TarIndexCache again(out);
+    again.index(tar);
+    EXPECT_EQ(again.scanned(), 1);
+    EXPECT_EQ(again.reused(), 0);
+  }
+  // No folder: every tar is scanned and nothing is kept.
+  TarIndexCache none;
+  none.index(tar);
+  EXPECT_EQ(none.scanned(), 1);
+  EXPECT_TRUE(none.take_files().empty());
 }
 
 TEST(TarIndexTest, MemberKeySplitsAtTheFirstDotOfTheName) {

@@ -21,6 +21,7 @@
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/input/manifest.hpp"
+#include "pipeline/input/tar_index_cache.hpp"
 #include "pipeline/resume.hpp"
 #include "pipeline/core/sha256.hpp"
 #include "storage/dataset_view.hpp"
@@ -367,10 +368,14 @@ class Verifier {
     const std::string& input = input_text_;
     // With the run's kept columns: their values are part of each shard's input_sha256; and its
     // caption cap, which bounds the tar captions that are part of it too.
+    // Tar indexes kept in the folder spare reading the tars' headers again; verify only reads
+    // them (Note [Tar indexes kept in the output folder]).
+    TarIndexCache tar_indexes(dir_, /*keep_fresh=*/false);
     const auto samples = read_input(
         section, section.folder.empty() ? index.meta.kept_columns : std::vector<std::string>(),
         nullptr,
-        max_text_bytes_of_config(index.meta.config_json, default_text_section().max_text_bytes));
+        max_text_bytes_of_config(index.meta.config_json, default_text_section().max_text_bytes),
+        &tar_indexes);
     input_samples_ = static_cast<int64_t>(samples.size());
     // Positions inside a shard reported damaged above: their ids are not missing, they are in
     // that shard, which the fix given for it redoes.
