@@ -44,11 +44,12 @@ void throw_model_failure(const std::filesystem::path& file, const ModelUse& use,
                 detail::concat(modality_name(use.modality), " model ", file, " failed on input ",
                                given, "; its traceback:\n", what));
   }
+  const std::string line = model_message_line(what);
   PC_THROW(ModelError, modality_name(use.modality), " model ", file, " failed on ",
-           device.str(), ": ", model_message_line(what), ". It was given ", given,
-           ", shaped by ", use.input_keys,
+           device.str(), ": ", line, ". It was given ", given, ", shaped by ", use.input_keys,
            ": make the model take this input, or change those keys (its traceback: --log-level "
-           "debug)");
+           "debug).",
+           dtype_mismatch_hint(line, modality_name(use.modality)));
 }
 
 }  // namespace precompute

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <sstream>
 
+#include "pipeline/core/error.hpp"
+
 namespace precompute {
 namespace {
 
@@ -72,6 +74,27 @@ std::string model_message_line(std::string_view what) {
     start = line_end;
   }
   return one_line(what);
+}
+
+// Note [Two dtypes inside a model]
+// The commonest way to meet LibTorch's dtype errors is a module traced in float32 and run in
+// float16 or bfloat16: a trace records as constants the dtypes its code computed from the
+// weights (transformers' vision towers cast their input to the weights' dtype), so the cast
+// module turns its input back into float32 and a convolution or a matrix product meets both.
+// The model's own words do not say so; the hint names the fix.
+std::string dtype_mismatch_hint(std::string_view message, std::string_view modality) {
+  std::string lower(message);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto has = [&](std::string_view text) { return lower.find(text) != std::string::npos; };
+  const bool mixed = has("expected scalar type") || has("to have the same dtype") ||
+                     has("mixed dtype") ||
+                     (has("input type (") && (has("weight type (") || has("bias type (")));
+  if (!mixed) return {};
+  return detail::concat(
+      " Tensors of two dtypes met inside the model: a TorchScript module traced in float32 keeps "
+      "casts to float32 that its trace recorded, so trace it in the dtype ", modality,
+      ".dtype sets, or export it as a .pt2 package, which declares its dtype (docs/encoders.md, "
+      "\"Encoder contracts\").");
 }
 
 std::string dtype_name(at::ScalarType type) {

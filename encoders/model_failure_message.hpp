@@ -16,6 +16,12 @@ namespace precompute {
 // 4x5)"); for any other text, all of it. Line breaks and runs of blanks become one space.
 std::string model_message_line(std::string_view what);
 
+// For a model's message (model_message_line) that says tensors of two dtypes met inside it
+// (LibTorch's words on the CPU and on CUDA: "expected scalar type ...", "... to have the same
+// dtype", "mixed dtype", "Input type (...) and weight type (...)"), a sentence with the likely
+// cause and its fix for the section `modality` ("video", "audio", "text"); "" otherwise.
+std::string dtype_mismatch_hint(std::string_view message, std::string_view modality);
+
 // What a forward() call was given or gave back, for messages: "[4, 3, 224, 224] float32" per
 // tensor, the kind of anything else ("int", "Tuple"), comma-separated.
 std::string describe_values(const std::vector<c10::IValue>& values);

@@ -231,3 +231,10 @@ def test_a_traced_tower_runs_in_bfloat16_with_its_integer_buffers(binary, packag
     x, y = x - x.mean(0), y - y.mean(0)  # a random tower's rows are alike across frames
     cos = (x * y).sum(1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
     assert cos.min() >= 0.98, cos
+    # The float32 trace run in bfloat16 casts its input back to float32 inside: refused at the
+    # warm-up with the fix named (Note [Two dtypes inside a model]).
+    config["video"]["encoder"]["path"] = str(tmp_path / "float32.pt")
+    config["output"]["path"] = str(tmp_path / "out-mixed")
+    r = run_precompute(binary, tmp_path, config, expect=2)
+    assert "Tensors of two dtypes met inside the model" in r.stderr, r.stderr[-2000:]
+    assert "trace it in the dtype video.dtype sets" in r.stderr, r.stderr[-2000:]

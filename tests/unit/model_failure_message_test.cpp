@@ -29,6 +29,35 @@ std::string failure_of(const std::string& source, const at::Tensor& input) {
   return "";
 }
 
+// Note [Two dtypes inside a model]: LibTorch's own words for two dtypes meeting (a matrix
+// product, a convolution, on the CPU; a convolution's on CUDA) get the fix; other failures none.
+TEST(ModelFailureMessageTest, TwoDtypesInsideAModelGetTheFix) {
+  const auto product = model_message_line(failure_of(R"JIT(
+def forward(x: Tensor) -> Tensor:
+    return torch.mm(x, x.to(torch.bfloat16))
+)JIT", at::ones({2, 2})));
+  EXPECT_NE(dtype_mismatch_hint(product, "video").find("trace it in the dtype video.dtype sets"),
+            std::string::npos)
+      << product;
+  const auto convolution = model_message_line(failure_of(R"JIT(
+def forward(x: Tensor) -> Tensor:
+    return torch.conv2d(x, torch.ones(4, 3, 3, 3, dtype=torch.bfloat16))
+)JIT", at::ones({1, 3, 8, 8})));
+  EXPECT_NE(dtype_mismatch_hint(convolution, "video").find("export it as a .pt2 package"),
+            std::string::npos)
+      << convolution;
+  EXPECT_NE(dtype_mismatch_hint("RuntimeError: Input type (CUDAFloatType) and weight type "
+                                "(CUDAHalfType) should be the same",
+                                "audio")
+                .find("audio.dtype"),
+            std::string::npos);
+  const auto shapes = model_message_line(failure_of(R"JIT(
+def forward(x: Tensor) -> Tensor:
+    return torch.mm(x, x)
+)JIT", at::ones({2, 3})));
+  EXPECT_EQ(dtype_mismatch_hint(shapes, "video"), "") << shapes;
+}
+
 TEST(ModelFailureMessageTest, AnOperatorsFailureIsTheExceptionAlone) {
   const auto what = failure_of(R"JIT(
 def helper(x: Tensor) -> Tensor:
