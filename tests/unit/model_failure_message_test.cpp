@@ -34,14 +34,14 @@ std::string failure_of(const std::string& source, const at::Tensor& input) {
 TEST(ModelFailureMessageTest, TwoDtypesInsideAModelGetTheFix) {
   const auto product = model_message_line(failure_of(R"JIT(
 def forward(x: Tensor) -> Tensor:
-    return torch.mm(x, x.to(torch.bfloat16))
+    return torch.mm(x, x.half())
 )JIT", at::ones({2, 2})));
   EXPECT_NE(dtype_mismatch_hint(product, "video").find("trace it in the dtype video.dtype sets"),
             std::string::npos)
       << product;
   const auto convolution = model_message_line(failure_of(R"JIT(
 def forward(x: Tensor) -> Tensor:
-    return torch.conv2d(x, torch.ones(4, 3, 3, 3, dtype=torch.bfloat16))
+    return torch.conv2d(x, torch.ones([4, 3, 3, 3]).half())
 )JIT", at::ones({1, 3, 8, 8})));
   EXPECT_NE(dtype_mismatch_hint(convolution, "video").find("export it as a .pt2 package"),
             std::string::npos)
