@@ -305,9 +305,6 @@ struct Planned {
   RunPlan plan;
 };
 
-// The first step that changes the output folder: the earlier run's files are removed
-// (--overwrite) or repaired (a resume), and the index of what is kept is written.
-// `span`: the input positions this run covers (a rank's; the whole input otherwise).
 // Writes the tars' indexes read by this run into its folder (Note [Tar indexes kept in the
 // output folder]). They only spare a later run reading headers again: one that cannot be
 // written is a warning, and the run goes on.
@@ -322,6 +319,9 @@ void keep_tar_indexes(const Config& config, const Input& input) {
   }
 }
 
+// The first step that changes the output folder: the earlier run's files are removed
+// (--overwrite) or repaired (a resume), and the index of what is kept is written.
+// `span`: the input positions this run covers (a rank's; the whole input otherwise).
 Planned plan(const Config& config, const RunContext& context, const Input& input,
              const Output& output, const Calibrated& calibrated, const RankSpan& span) {
   OutputIndex index;
