@@ -324,16 +324,9 @@ def cosines(a: dict, b: dict, centred: bool = False) -> dict:
             "median": round(statistics.median(vals), 6)}
 
 
-PEER = r'''
-import json, sys, time
-T0 = time.perf_counter()
-import numpy as np, torch
-from torch.utils.data import DataLoader, Dataset
-from torchcodec.decoders import AudioDecoder
-model, listing, device, workers, batch, out = sys.argv[1:7]
-workers, batch = int(workers), int(batch)
-files = open(listing).read().split("\n")[:-1]
-
+# Both peers' decoding: each track whole, 16 kHz mono, by torchcodec in a DataLoader worker of
+# one thread (`files` is the peer's list of tracks).
+TRACKS = r'''
 class Tracks(Dataset):
     def __len__(self):
         return len(files)
@@ -343,7 +336,18 @@ class Tracks(Dataset):
 
 def one_thread(_):
     torch.set_num_threads(1)
+'''
 
+PEER = r'''
+import json, sys, time
+T0 = time.perf_counter()
+import numpy as np, torch
+from torch.utils.data import DataLoader, Dataset
+from torchcodec.decoders import AudioDecoder
+model, listing, device, workers, batch, out = sys.argv[1:7]
+workers, batch = int(workers), int(batch)
+files = open(listing).read().split("\n")[:-1]
+''' + TRACKS + r'''
 net = torch.jit.load(model, map_location=device).eval()
 with torch.inference_mode():
     net(torch.zeros(1, 16000, device=device), torch.full((1,), 16000, device=device))
@@ -392,17 +396,7 @@ folder, listing, device, workers, batch, out, dtype = sys.argv[1:8]
 workers, batch, dtype = int(workers), int(batch), getattr(torch, dtype)
 files = open(listing).read().split("\n")[:-1]
 WINDOW = 30 * 16000
-
-class Tracks(Dataset):
-    def __len__(self):
-        return len(files)
-    def __getitem__(self, i):
-        s = AudioDecoder(files[i], sample_rate=16000, num_channels=1).get_all_samples()
-        return i, s.data[0].contiguous()
-
-def one_thread(_):
-    torch.set_num_threads(1)
-
+''' + TRACKS + r'''
 extractor = WhisperFeatureExtractor.from_pretrained(folder)
 encoder = WhisperModel.from_pretrained(folder, torch_dtype=dtype).get_encoder().to(device).eval()
 
