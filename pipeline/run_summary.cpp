@@ -67,11 +67,12 @@ RunSummary summary_from_stats(const RunStats& stats,
 
 std::string format_summary(const RunSummary& s) {
   std::string out = fmt::format(
-      "{} samples in {:.2f} s ({:.1f}/s; {:.2f} s more to load the encoders): {} with embeddings "
-      "(video {}, audio {}, text {}), {} with failures; {} shards, {:.1f} MB in {}; peak RSS "
-      "{:.0f} MB (decoded samples held at most {:.0f} MB)",
+      "{} samples in {:.2f} s ({:.1f}/s; {:.2f} s more waiting for the encoders to load): {} with "
+      "embeddings (video {}, audio {}, text {}), {} with failures; {} shards, {:.1f} MB in {}; "
+      "peak RSS {:.0f} MB (decoded samples held at most {:.0f} MB)",
       s.processed_samples, s.seconds,
-      s.seconds > 0 ? static_cast<double>(s.processed_samples) / s.seconds : 0.0, s.load_seconds,
+      s.seconds > 0 ? static_cast<double>(s.processed_samples) / s.seconds : 0.0,
+      s.load_waited_seconds,
       s.samples_with_embeddings, s.embedded[0], s.embedded[1], s.embedded[2], s.failed_samples,
       s.shards, static_cast<double>(s.bytes_written) / 1e6, s.output.string(),
       static_cast<double>(s.peak_rss_bytes) / 1e6,

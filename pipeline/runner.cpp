@@ -27,6 +27,7 @@
 #include "pipeline/input/tar_index_cache.hpp"
 #include "pipeline/core/stop_request.hpp"
 #include "pipeline/crash_containment.hpp"
+#include "pipeline/early_decoding.hpp"
 #include "pipeline/host_memory_budget.hpp"
 #include "pipeline/memory_budget.hpp"
 #include "pipeline/metrics_file.hpp"
@@ -255,25 +256,76 @@ Output open_output(const Config& config, const RunContext& context, const Input&
   return output;
 }
 
+// Crash containment around every decode of the run (Note [Crash containment] in
+// crash_containment.cpp): the in-flight journal, the contained preparer and the watchdog, from
+// the first decode (early or in the graph) to the graph's end.
+struct Containment {
+  Containment(const Config& config, const SamplePreparer& preparer, int decode_threads)
+      : journal(config.output.path, decode_threads),
+        contained(preparer, journal, read_quarantine(config.output.path)),
+        // Two decodes (video, audio) may each take the limit; the watchdog is the backstop for a
+        // decoder that ignores FFmpeg's interrupt callback.
+        watchdog(journal, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::duration<double>(2 * config.run.sample_timeout_s + 5))) {
+  }
+  InflightJournal journal;
+  ContainedPreparer contained;
+  SampleWatchdog watchdog;
+};
+
 // The encoders and decoders, ready, and what they and the device budget decided.
 struct Calibrated {
   EncoderPools pools;
   double load_seconds = 0.0;  // loading and warming up the encoders
-  double calibrate_seconds = 0.0;  // the rest of load_and_calibrate()
+  // Of load_seconds, the time no sample was being decoded beside the load (Note [Decoding while
+  // the encoders load] in early_decoding.cpp): the run's clock leaves it out.
+  double load_waited_seconds = 0.0;
+  double calibrate_seconds = 0.0;  // setting up the decoders, and the rest of load_and_calibrate()
   SamplePreparer preparer;
   int decode_threads = 1;
   ShardMeta meta;               // what every shard of this run records
   BatchLimitsByModality limits;  // under run.gpu_memory_budget
   std::vector<DeviceBudget> gpu_budget;  // what that budget came to on each GPU
+  // Set when samples were decoded while the encoders loaded; the graph takes them. Declared
+  // after `containment`, which they use: they end first.
+  std::unique_ptr<Containment> containment;
+  std::unique_ptr<EarlyDecoding> early;
 };
 
+// The input positions to decode while the encoders load, or none where early decoding could
+// change what the run does (Note [Decoding while the encoders load]): the first of those the
+// folder, as found, leaves to do, twice the decode threads.
+std::vector<int64_t> early_positions(const Config& config, const Output& output,
+                                     const Input& input, const RankSpan& span,
+                                     int decode_threads) {
+  if (config.run.host_memory_budget > 0 || config.output.retry_failed) return {};
+  if (output.overwrite && std::filesystem::exists(config.output.path / kQuarantineFileName)) {
+    return {};
+  }
+  const OutputIndex nothing_done;
+  auto positions = plan_run(input.samples, output.overwrite || !output.earlier
+                                               ? nothing_done
+                                               : *output.earlier,
+                            config.output.shard_size, /*retry_failed=*/false, config.output.path,
+                            span.first_seq, span.end_seq)
+                       .positions;
+  positions.resize(std::min(positions.size(), 2 * static_cast<size_t>(decode_threads)));
+  return positions;
+}
+
+// Refusals come first (Note [Refuse before touching the output]): nothing here changes the
+// output folder but the in-flight journal of early decoding, which a refusal removes.
 Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats,
-                              const Config& recorded, EarlyStart& early) {
+                              const Config& recorded, EarlyStart& early, const Input& input,
+                              const RankSpan& span) {
   spdlog::info("compute: {}", early.devices());
-  const auto load_started = Clock::now();
-  auto pools = load_encoders(config, &early);
-  const double load_seconds = seconds_since(load_started);
-  mark_start_up("encoders loaded and warmed up");
+  // The encoders load on a thread of their own while the decoders are set up and start on the
+  // first samples (Note [Decoding while the encoders load]).
+  auto loading = std::async(std::launch::async, [&config, &early] {
+    const auto started = Clock::now();
+    auto pools = load_encoders(config, &early);
+    return std::make_tuple(std::move(pools), started, Clock::now());
+  });
   const auto calibrate_started = Clock::now();
   // Also before the output is touched: it opens the NVDEC sessions and the tokenizer, either of
   // which may refuse the run.
@@ -284,6 +336,35 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
   const int decode_threads = config.run.decode_threads > 0
                                  ? config.run.decode_threads
                                  : cores() + preparer.decode_threads_beside_the_cpu();
+  std::unique_ptr<Containment> containment;
+  std::unique_ptr<EarlyDecoding> early_decoding;
+  if (auto positions = early_positions(config, output, input, span, decode_threads);
+      !positions.empty()) {
+    containment = std::make_unique<Containment>(config, preparer, decode_threads);
+    const size_t count = positions.size();
+    early_decoding = std::make_unique<EarlyDecoding>(
+        input.samples, std::move(positions),
+        [c = containment.get()](const SampleSpec& spec) { return c->contained(spec); },
+        decode_threads,
+        // A sample counts as prepared once the graph takes it (the progress line's "decoding").
+        [&stats] { stats.prepared.fetch_sub(1, std::memory_order_relaxed); },
+        [&stats] { stats.prepared.fetch_add(1, std::memory_order_relaxed); });
+    mark_start_up(detail::concat("early decoding started: ", count, " sample(s)"));
+  }
+  double calibrate_seconds = seconds_since(calibrate_started);
+  auto [pools, load_started, loaded] = loading.get();
+  const double load_seconds = std::chrono::duration<double>(loaded - load_started).count();
+  // The decoders stood idle from when the early samples were done, or from the start.
+  auto idle_from = load_started;
+  if (early_decoding) {
+    const auto idle = early_decoding->idle_since();
+    idle_from = idle ? std::max(*idle, load_started) : loaded;
+    spdlog::info("{} sample(s) decoded while the encoders loaded", early_decoding->prepared());
+  }
+  const double load_waited_seconds =
+      std::max(0.0, std::chrono::duration<double>(loaded - idle_from).count());
+  mark_start_up("encoders loaded and warmed up");
+  const auto rest_started = Clock::now();
   auto meta = make_meta(config, pools, recorded);
   if (output.earlier) {
     check_same_settings(output.earlier->meta, meta, semantic_config_json(config),
@@ -293,10 +374,19 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
   // Batch limits under run.gpu_memory_budget (Note [Memory budgets]); throughput settings only.
   auto budgeted = apply_memory_budget(config, pools);
   mark_start_up("batch limits set");
-  const double calibrate_seconds = seconds_since(calibrate_started);
-  return {std::move(pools),   load_seconds,    calibrate_seconds,
-          std::move(preparer), decode_threads, std::move(meta),
-          std::move(budgeted.limits), std::move(budgeted.devices)};
+  calibrate_seconds += seconds_since(rest_started);
+  Calibrated calibrated{std::move(pools),
+                        load_seconds,
+                        load_waited_seconds,
+                        calibrate_seconds,
+                        std::move(preparer),
+                        decode_threads,
+                        std::move(meta),
+                        std::move(budgeted.limits),
+                        std::move(budgeted.devices),
+                        std::move(containment),
+                        std::move(early_decoding)};
+  return calibrated;
 }
 
 // The index this run starts from and the work left to do.
@@ -480,13 +570,14 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
                  Planned& planned, RunStats& stats, MetricsFile& metrics) {
   stats.total = static_cast<int64_t>(planned.plan.positions.size());
   GraphSizing sizing = size_graph(config, calibrated);
-  InflightJournal journal(config.output.path, calibrated.decode_threads);
-  ContainedPreparer contained(calibrated.preparer, journal, read_quarantine(config.output.path));
-  // Two decodes (video, audio) may each take the limit; the watchdog is the backstop for a
-  // decoder that ignores FFmpeg's interrupt callback.
-  const SampleWatchdog watchdog(
-      journal, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
-                   2 * config.run.sample_timeout_s + 5)));
+  // Made before the encoders loaded when samples were decoded then (Calibrated::early).
+  std::unique_ptr<Containment> own_containment;
+  Containment* containment = calibrated.containment.get();
+  if (containment == nullptr) {
+    own_containment =
+        std::make_unique<Containment>(config, calibrated.preparer, calibrated.decode_threads);
+    containment = own_containment.get();
+  }
   HostMemoryBudget host_budget(config.run.host_memory_budget,
                                static_cast<int64_t>(sizing.needed));
   sizing.settings.before_sample = [&] {
@@ -494,7 +585,15 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
                               [&] { return stats.submitted.load() - stats.prepared.load(); });
   };
   const PrepareFn prepare = [&](const SampleSpec& spec) {
-    return host_budget.charge(contained(spec));
+    PreparedSamplePtr sample = calibrated.early ? calibrated.early->take(spec.seq) : nullptr;
+    if (!sample) return host_budget.charge(containment->contained(spec));
+    if (sample->order != spec.order) {
+      // Planned at another place than the folder as found suggested (a repaired index).
+      auto moved = std::make_shared<PreparedSample>(*sample);
+      moved->order = spec.order;
+      sample = std::move(moved);
+    }
+    return host_budget.charge(std::move(sample));
   };
   BatchCostFeedback feedback;
   BatchRouter router(calibrated.limits, planned.plan.shards, &feedback);
@@ -558,7 +657,8 @@ RunSummary summarise(const Config& config, const Calibrated& calibrated, const R
   summary.gpu_budget = calibrated.gpu_budget;
   summary.start_up = start_up_marks();
   summary.load_seconds = calibrated.load_seconds;
-  summary.seconds = seconds_since(run_started) - calibrated.load_seconds;
+  summary.load_waited_seconds = calibrated.load_waited_seconds;
+  summary.seconds = seconds_since(run_started) - calibrated.load_waited_seconds;
   // The whole output's failures: a resumed run is judged like an uninterrupted one.
   summary.output_failed_samples = 0;
   for (const auto& entry : executed.index.shards) {
@@ -725,11 +825,13 @@ RunSummary run_and_report(const Config& config, const RunContext& context, const
 // Note [Refuse before touching the output]
 // The order of the steps is deliberate: the input is read, the folder is locked (which only
 // creates it and its lock file), the earlier run's index is read without changing anything for
-// the checks that may refuse a resume, the encoders are loaded (and the decoders and tokenizer
-// set up) and the memory budget calibrated. Only then does plan() remove earlier files
-// (--overwrite) or repair them (a resume), so a run that is refused leaves the earlier output
-// as it was. What no refusal protects (CUDA's start, the models' hashes) runs from the start,
-// beside the input's read (Note [Started beside the input's read] in encoders/early_start.cpp).
+// the checks that may refuse a resume, the encoders are loaded (the decoders and tokenizer set up
+// and the first samples decoded meanwhile: Note [Decoding while the encoders load] in
+// early_decoding.cpp) and the memory budget calibrated. Only then does plan() remove earlier
+// files (--overwrite) or repair them (a resume), so a run that is refused leaves the earlier
+// output as it was. What no refusal protects (CUDA's start, the models' hashes) runs from the
+// start, beside the input's read (Note [Started beside the input's read] in
+// encoders/early_start.cpp).
 
 namespace {
 
@@ -771,7 +873,7 @@ RunSummary run_range(const Config& config, const Config& work, const RankSpan& s
   const Output output = open_output(work, context, input);
   if (rank != nullptr) check_same_split(output, input, work, span);
   // Note [A rank's record]: a refused start-up leaves rank.json as it was.
-  const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early);
+  const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early, input, span);
   // Nothing can refuse the run any more: the folder may change now.
   if (rank == nullptr) {
     return run_and_report(work, context, input, output, calibrated, span, stats, run_started);
@@ -790,7 +892,7 @@ RunSummary run_range(const Config& config, const Config& work, const RankSpan& s
     rank->ended_by(e);
     throw;
   }
-  rank->done(summary.processed_samples, summary.seconds + summary.load_seconds);
+  rank->done(summary.processed_samples, summary.seconds + summary.load_waited_seconds);
   return summary;
 }
 

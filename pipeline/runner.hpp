@@ -71,8 +71,12 @@ struct RunSummary {
   std::vector<DeviceMemoryPeak> device_memory;  // per CUDA device used
   std::vector<DeviceBudget> gpu_budget;  // run.gpu_memory_budget's split; empty without one
   std::vector<StartUpMark> start_up;      // the steps before the graph, as they ended
-  double seconds = 0.0;        // from reading the input to the last commit, encoder loading aside
+  // From reading the input to the last commit, less load_waited_seconds.
+  double seconds = 0.0;
   double load_seconds = 0.0;   // loading and warming up the encoders
+  // Of load_seconds, the time no sample was decoded beside the load (Note [Decoding while the
+  // encoders load] in pipeline/early_decoding.cpp): all of it when none was.
+  double load_waited_seconds = 0.0;
   double graph_seconds = 0.0;  // of `seconds`, the graph's: decoding to the last commit
   std::map<std::string, double> busy_seconds;  // working time of the serial and encode stages
   std::filesystem::path output;

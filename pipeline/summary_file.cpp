@@ -188,6 +188,7 @@ std::string summary_text(const RunSummary& s) {
   j["run"] = run_json(s);
   j["output_totals"] = output_totals_json(s);
   j["seconds"] = {{"load", s.load_seconds},
+                  {"load_waited", s.load_waited_seconds},
                   {"calibrate", s.calibrate_seconds},
                   {"run", s.seconds},
                   {"graph", s.graph_seconds}};
@@ -199,8 +200,9 @@ std::string summary_text(const RunSummary& s) {
   j["start_up"] = std::move(start_up);
   j["throughput"] = {
       {"samples_per_s", s.seconds > 0 ? processed / s.seconds : 0.0},
-      {"samples_per_s_with_load",
-       s.seconds + s.load_seconds > 0 ? processed / (s.seconds + s.load_seconds) : 0.0}};
+      {"samples_per_s_with_load", s.seconds + s.load_waited_seconds > 0
+                                      ? processed / (s.seconds + s.load_waited_seconds)
+                                      : 0.0}};
   Json busy = Json::object();
   Json fractions = Json::object();
   for (const auto& [stage, seconds] : s.busy_seconds) {

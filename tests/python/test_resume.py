@@ -1150,6 +1150,26 @@ def test_decoder_crash_is_contained(precompute, oracle, dataset, tmp_path):
     assert_media_failed(out, oracle, dataset, "c05", "crash")
 
 
+def test_a_decoder_crash_while_the_encoders_load_is_contained_with_and_without_overwrite(
+        precompute, oracle, dataset, tmp_path):
+    """The crash on c01, one of the first samples, which are decoded while the encoders load
+    (Note [Decoding while the encoders load]). Into a fresh folder it goes as in the graph: two
+    deaths, then 'crash'. With --overwrite over a finished output, the restart after the first
+    death finds the quarantine and decodes nothing early, since --overwrite removes it with the
+    earlier run's files; its graph crashes, the next restart (the removal behind it) decodes early
+    again and crashes on the suspect alone: three deaths, then the same output."""
+    crash = {"PRECOMPUTE_TEST_DECODER_FAULT": "crash:v01.mp4"}
+    out = tmp_path / "out"
+    r = precompute.run(out, "--max-failures", "10", env=crash)
+    assert r.stderr.count("the run died (signal 11") == 2, r.stderr[-3000:]
+    assert_media_failed(out, oracle, dataset, "c01", "crash")
+    steps = [m["step"] for m in json.loads((out / "summary.json").read_text())["start_up"]]
+    assert "early decoding started: 4 sample(s)" in steps, steps
+    r = precompute.run(out, "--max-failures", "10", "--overwrite", env=crash)
+    assert r.stderr.count("the run died (signal 11") == 3, r.stderr[-3000:]
+    assert_media_failed(out, oracle, dataset, "c01", "crash")
+
+
 def test_decoder_crash_in_a_rank_is_contained_and_the_ranks_merge(precompute, oracle, dataset,
                                                                     tmp_path):
     """The same crash inside a rank of a job split in two (docs/distributed.md): the rank's

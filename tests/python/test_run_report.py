@@ -220,6 +220,11 @@ def test_summary_counts_equal_inspect_and_metrics_parse(binary, data, tmp_path):
     assert seconds["load"] > 0 and seconds["run"] > 0 and 0 <= seconds["calibrate"]
     assert 0 < seconds["graph"] <= seconds["run"]
     assert summary["throughput"]["samples_per_s"] == pytest.approx(12 / seconds["run"])
+    # The first samples decode while the encoders load: only the load's idle tail is left out.
+    assert 0 <= seconds["load_waited"] <= seconds["load"]
+    assert summary["throughput"]["samples_per_s_with_load"] == pytest.approx(
+        12 / (seconds["run"] + seconds["load_waited"]))
+    assert any(m["step"].startswith("early decoding started: ") for m in summary["start_up"])
     assert set(summary["busy_seconds"]) == set(summary["busy_fraction"])
     assert {"route", "assemble", "build shards", "commit", "encode video"} <= set(
         summary["busy_seconds"])
