@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "pipeline/core/sha256.hpp"
+#include "pipeline/input/tar_shards.hpp"
 
 namespace precompute {
 
@@ -35,12 +36,6 @@ namespace {
 constexpr std::string_view kMagic = "precompute-tar-index 1\n";
 constexpr int64_t kMaxKeptBytes = int64_t{256} << 20;
 constexpr int64_t kMaxFileBytes = int64_t{1} << 30;
-
-std::filesystem::path resolved(const std::filesystem::path& tar) {
-  std::error_code error;
-  auto path = std::filesystem::weakly_canonical(std::filesystem::absolute(tar, error), error);
-  return error ? tar.lexically_normal() : path;
-}
 
 // Reads the numbers and byte strings encode_tar_index writes; any deviation ends it.
 class Cursor {
@@ -98,7 +93,7 @@ bool same_file(const TarIndex& kept, const std::filesystem::path& tar) {
 }  // namespace
 
 std::string tar_index_file_name(const std::filesystem::path& tar) {
-  return ".precompute.tar-index." + sha256_hex(resolved(tar).string()).substr(0, 16);
+  return ".precompute.tar-index." + sha256_hex(resolved_tar_path(tar).string()).substr(0, 16);
 }
 
 std::string encode_tar_index(const TarIndex& index) {
@@ -168,7 +163,7 @@ TarIndex TarIndexCache::index(const std::filesystem::path& tar) {
     ++scanned_;
     return index;
   }
-  const std::filesystem::path path = resolved(tar);
+  const std::filesystem::path path = resolved_tar_path(tar);
   const std::string name = tar_index_file_name(tar);
   if (const auto bytes = read_small_file(folder_ / name)) {
     auto kept = decode_tar_index(*bytes);
@@ -192,7 +187,7 @@ TarIndex TarIndexCache::scan(const std::filesystem::path& tar, const std::string
   ++scanned_;
   if (!keep_fresh_) return index;
   TarIndex keep = index;
-  keep.tar = resolved(tar);
+  keep.tar = resolved_tar_path(tar);
   std::string bytes = encode_tar_index(keep);
   const std::lock_guard lock(mutex_);
   // A rescan replaces what an earlier scan of the tar kept.

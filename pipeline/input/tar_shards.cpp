@@ -115,15 +115,18 @@ std::vector<std::filesystem::path> expand_tar_shards(const std::filesystem::path
   return tars;
 }
 
+std::filesystem::path resolved_tar_path(const std::filesystem::path& tar) {
+  std::error_code error;
+  auto path = std::filesystem::weakly_canonical(std::filesystem::absolute(tar, error), error);
+  return error ? tar.lexically_normal() : path;
+}
+
 std::vector<std::filesystem::path> expand_tar_list(const PathList& list) {
   std::vector<std::filesystem::path> tars;
   std::map<std::filesystem::path, size_t> seen;  // a tar, resolved -> the entry naming it
   for (size_t entry = 0; entry < list.size(); ++entry) {
     for (auto& tar : expand_tar_shards(list.paths[entry])) {
-      std::error_code error;
-      auto same = std::filesystem::weakly_canonical(tar, error);
-      if (error) same = tar.lexically_normal();
-      const auto [it, first] = seen.try_emplace(same, entry);
+      const auto [it, first] = seen.try_emplace(resolved_tar_path(tar), entry);
       const size_t earlier = it->second;
       PC_CHECK(first, InputError, "input.tars names the tar ", printable(tar.string()),
                " twice: in entry ", earlier, " (", printable(list.paths[earlier].string()),

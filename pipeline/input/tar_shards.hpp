@@ -19,6 +19,11 @@ namespace precompute {
 // does not exist, or a folder with no .tar file.
 std::vector<std::filesystem::path> expand_tar_shards(const std::filesystem::path& pattern);
 
+// One spelling of a tar's path whatever the input says (relative, `./`, symbolic links): absolute
+// and canonical as far as it exists, normalised as written when even that fails. Tars named twice
+// are found by it, and a kept index is named after it.
+std::filesystem::path resolved_tar_path(const std::filesystem::path& tar);
+
 // Each entry of input.tars expanded, in the order listed. A tar that two entries name (the same
 // file, whatever the spelling) is refused with both entries named: its samples would be read
 // twice, and every key refused as seen twice.
