@@ -40,7 +40,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from text_scale import child_cpu_seconds  # noqa: E402
 from video_throughput import clip_list, time_precompute  # noqa: E402
-import video_throughput  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = Path("/tmp/clip-bench")
@@ -280,7 +279,6 @@ def main() -> int:
     if args.runs < 1 or args.copies < 1:
         ap.error("--runs and --copies are 1 or more")
     WORK.mkdir(parents=True, exist_ok=True)
-    video_throughput.WORK = WORK  # time_precompute writes its manifest and outputs there
     args.out.mkdir(parents=True, exist_ok=True)
     files = clip_list(args.clips.resolve(), args.copies)
     on_gpu = args.device.startswith("cuda")
@@ -308,7 +306,8 @@ def main() -> int:
 
     def precompute_case(model: str, tag: str, encoder: Path, extra: dict) -> dict:
         got = time_precompute(args.binary, encoder, files, "fps1", "auto" if on_gpu else "cpu",
-                              0, [args.device], tag, {"pooling": "none", "dtype": dtype} | extra)
+                              0, [args.device], tag, {"pooling": "none", "dtype": dtype} | extra,
+                              work=WORK)
         encode_s = got["busy"].get("encode video")
         frames = got["frames_embedded"]
         got["encoder_frames_per_s"] = round(frames / encode_s, 1) if encode_s else None

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import precompute_run  # runs precompute and reads its summary (same folder)
 from text_scale import child_cpu_seconds
@@ -66,14 +67,16 @@ def clip_list(clips: Path, copies: int) -> list:
 def time_precompute(binary: Path, model: Path, files: list, sampling: str, decoder: str,
                     sessions: int, devices: list, tag: str, video_extra: dict,
                     log_level: str = "info", decode_threads: int = 0,
-                    max_in_flight: int = 0) -> dict:
-    """One precompute run (WORK/TAG.yaml, .log, .summary.json): wall clock, its own timer, CPU
-    seconds, and from its summary where the clips were decoded and how busy the decoders kept
-    while the graph ran (Note [How busy the decoders were])."""
-    manifest = WORK / "manifest.jsonl"
+                    max_in_flight: int = 0, work: Optional[Path] = None) -> dict:
+    """One precompute run (WORK/TAG.yaml, .log, .summary.json; `work` instead of WORK when
+    given): wall clock, its own timer, CPU seconds, and from its summary where the clips were
+    decoded and how busy the decoders kept while the graph ran (Note [How busy the decoders
+    were])."""
+    work = work or WORK
+    manifest = work / "manifest.jsonl"
     manifest.write_text("".join(json.dumps({"id": f"c{i:06d}", "video": str(f)}) + "\n"
                                 for i, f in enumerate(files)))
-    out = WORK / f"out-{tag}"
+    out = work / f"out-{tag}"
     config = {
         "input": {"manifest": str(manifest)},
         "output": {"path": str(out), "overwrite": True},
@@ -84,7 +87,7 @@ def time_precompute(binary: Path, model: Path, files: list, sampling: str, decod
                   "pooling": "mean", "decoder": decoder, "nvdec_sessions": sessions,
                   "batch_size": 64} | video_extra,
     }
-    run = precompute_run.run_precompute(binary, config, WORK / tag, "--progress-interval", "0",
+    run = precompute_run.run_precompute(binary, config, work / tag, "--progress-interval", "0",
                                         "--log-level", log_level, timeout=900)
     video = run.summary["video_decoding"]
     busy_fraction = video["nvdec_busy_fraction"]
