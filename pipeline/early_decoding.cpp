@@ -23,10 +23,14 @@ namespace precompute {
 // --overwrite): where the rebuilt or repaired index plans others, the samples prepared for
 // positions it does not plan are dropped, the only cost a few decodes. Early decoding stays off
 // where it could change what a run does: under run.host_memory_budget (its samples would be held
-// outside the budget), with --retry-failed (the plan reads shards), and with --overwrite when the
-// folder holds a quarantine (a crash in the early decodes would be quarantined into the file that
-// --overwrite then removes, and the restarted run would crash on the same file again; the
-// restarted run finds the quarantine and decodes in the graph, where the removal is behind it).
+// outside the budget) and with --retry-failed (the plan reads shards).
+//
+// With --overwrite, a crash among the early decodes comes before the earlier run's files are
+// removed, so the quarantine the supervisor writes for it lies beside them. The supervisor says
+// so to the runs it restarts (RunContext::quarantine_is_this_commands): those take its suspects,
+// and the removal leaves the quarantine, as it leaves the journal of the decodes under way. A
+// quarantine that was there before the command is an earlier run's, about another input maybe:
+// the removal takes it, and until then nothing is decoded early.
 //
 // The run's clock (the summary's `seconds.run`) leaves out only the part of the encoders' load
 // that no decode overlapped: the time after the early samples were all prepared, or the whole

@@ -295,11 +295,13 @@ struct Calibrated {
 // The input positions to decode while the encoders load, or none where early decoding could
 // change what the run does (Note [Decoding while the encoders load]): the first of those the
 // folder, as found, leaves to do, twice the decode threads.
-std::vector<int64_t> early_positions(const Config& config, const Output& output,
-                                     const Input& input, const RankSpan& span,
-                                     int decode_threads) {
+std::vector<int64_t> early_positions(const Config& config, const RunContext& context,
+                                     const Output& output, const Input& input,
+                                     const RankSpan& span, int decode_threads) {
   if (config.run.host_memory_budget > 0 || config.output.retry_failed) return {};
-  if (output.overwrite && std::filesystem::exists(config.output.path / kQuarantineFileName)) {
+  // An earlier run's quarantine, which --overwrite removes: its positions are not this input's.
+  if (output.overwrite && !context.quarantine_is_this_commands &&
+      std::filesystem::exists(config.output.path / kQuarantineFileName)) {
     return {};
   }
   const OutputIndex nothing_done;
@@ -315,9 +317,9 @@ std::vector<int64_t> early_positions(const Config& config, const Output& output,
 
 // Refusals come first (Note [Refuse before touching the output]): nothing here changes the
 // output folder but the in-flight journal of early decoding, which a refusal removes.
-Calibrated load_and_calibrate(const Config& config, const Output& output, RunStats& stats,
-                              const Config& recorded, EarlyStart& early, const Input& input,
-                              const RankSpan& span) {
+Calibrated load_and_calibrate(const Config& config, const RunContext& context,
+                              const Output& output, RunStats& stats, const Config& recorded,
+                              EarlyStart& early, const Input& input, const RankSpan& span) {
   spdlog::info("compute: {}", early.devices());
   // The encoders load on a thread of their own while the decoders are set up and start on the
   // first samples (Note [Decoding while the encoders load]).
@@ -338,7 +340,7 @@ Calibrated load_and_calibrate(const Config& config, const Output& output, RunSta
                                  : cores() + preparer.decode_threads_beside_the_cpu();
   std::unique_ptr<Containment> containment;
   std::unique_ptr<EarlyDecoding> early_decoding;
-  if (auto positions = early_positions(config, output, input, span, decode_threads);
+  if (auto positions = early_positions(config, context, output, input, span, decode_threads);
       !positions.empty()) {
     containment = std::make_unique<Containment>(config, preparer, decode_threads);
     const size_t count = positions.size();
@@ -424,7 +426,12 @@ Planned plan(const Config& config, const RunContext& context, const Input& input
   }
   std::optional<OutputIndex> previous;
   if (output.overwrite) {
-    output.folder.remove_previous_run();
+    // This command's own files stay: the journal of the samples decoded early, and a quarantine
+    // its supervisor wrote after a crash among them (Note [Decoding while the encoders load]).
+    std::vector<std::string> own;
+    if (calibrated.containment) own.emplace_back(kInflightFileName);
+    if (context.quarantine_is_this_commands) own.emplace_back(kQuarantineFileName);
+    output.folder.remove_previous_run(own);
     mark_start_up("the earlier run's files removed (--overwrite)");
   } else {
     previous = output.folder.load_previous_run(
@@ -873,7 +880,8 @@ RunSummary run_range(const Config& config, const Config& work, const RankSpan& s
   const Output output = open_output(work, context, input);
   if (rank != nullptr) check_same_split(output, input, work, span);
   // Note [A rank's record]: a refused start-up leaves rank.json as it was.
-  const Calibrated calibrated = load_and_calibrate(work, output, stats, config, early, input, span);
+  const Calibrated calibrated =
+      load_and_calibrate(work, context, output, stats, config, early, input, span);
   // Nothing can refuse the run any more: the folder may change now.
   if (rank == nullptr) {
     return run_and_report(work, context, input, output, calibrated, span, stats, run_started);

@@ -119,6 +119,10 @@ struct RunContext {
   // This run was restarted by its supervisor after --overwrite was carried out: the folder may
   // hold files of the user's next to this command's own.
   bool overwrite_done = false;
+  // The folder's quarantine was written by this command's supervisor, after a crash in a run
+  // that had not yet carried out --overwrite: it is this command's, and --overwrite keeps it (Note
+  // [Decoding while the encoders load] in pipeline/early_decoding.cpp).
+  bool quarantine_is_this_commands = false;
   int owner_pid = 0;  // OutputFolderOptions::owner_pid
   // This process's part of a job split into ranks (docs/distributed.md). A split run writes its
   // span of the input into rank_folder(output.path, rank, world_size), as an ordinary run.

@@ -353,12 +353,14 @@ OutputFolder::~OutputFolder() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-void OutputFolder::remove_previous_run() const {
+void OutputFolder::remove_previous_run(const std::vector<std::string>& keep) const {
   auto files = list_run_files(dir_);
   // The tars' indexes describe the input, not the output, and each is checked against its tar
   // before use (Note [Tar indexes kept in the output folder] in pipeline/input/tar_index_cache.cpp).
-  std::erase_if(files, [](const fs::path& f) {
-    return f.filename().string().rfind(kTarIndexFilePrefix, 0) == 0;
+  std::erase_if(files, [&](const fs::path& f) {
+    const auto name = f.filename().string();
+    return name.rfind(kTarIndexFilePrefix, 0) == 0 ||
+           std::find(keep.begin(), keep.end(), name) != keep.end();
   });
   // The index goes last: interrupted halfway, the folder is still an earlier run (or a part of
   // one, rebuilt from its shards), never an index pointing at deleted shards.

@@ -60,8 +60,10 @@ class OutputFolder {
   const std::string& output_id() const { return output_id_; }
 
   // Removes every file precompute wrote here (index, shards, temporary files, journals) but
-  // the tars' kept indexes; nothing else in the folder is touched. For --overwrite.
-  void remove_previous_run() const;
+  // the tars' kept indexes and the files named in `keep` (this command's own: the journal of
+  // its decodes, a quarantine its supervisor wrote); nothing else in the folder is touched. For
+  // --overwrite.
+  void remove_previous_run(const std::vector<std::string>& keep = {}) const;
 
   // Returns the index of an earlier run with only the shards that are intact: each shard's file
   // is checked against the size and SHA-256 recorded for it before anything else reads it, and

@@ -58,6 +58,26 @@ TEST(OutputFolderTest, OverwriteRemovesEveryRunFileAndNothingElse) {
   EXPECT_TRUE(fs::exists(dir / kLockFileName)) << "the lock must outlive --overwrite";
 }
 
+// The command's own files beside an earlier run's (the journal of its early decodes, a
+// quarantine its supervisor wrote) stay when named; the same names are removed when not.
+TEST(OutputFolderTest, OverwriteLeavesTheFilesItIsToldToKeep) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "out";
+  fs::create_directories(dir);
+  fill_with_an_earlier_run(dir, 3);
+  std::ofstream(dir / ".precompute.inflight") << "journal";
+  std::ofstream(dir / ".precompute.quarantine") << "suspects";
+  const OutputFolder folder = OutputFolder::open(dir, foreign_allowed());
+  folder.remove_previous_run({".precompute.inflight", ".precompute.quarantine"});
+  EXPECT_TRUE(fs::exists(dir / ".precompute.inflight"));
+  EXPECT_TRUE(fs::exists(dir / ".precompute.quarantine"));
+  EXPECT_FALSE(fs::exists(dir / shard_name(0)));
+  EXPECT_FALSE(fs::exists(dir / "index.json"));
+  folder.remove_previous_run();
+  EXPECT_FALSE(fs::exists(dir / ".precompute.inflight"));
+  EXPECT_FALSE(fs::exists(dir / ".precompute.quarantine"));
+}
+
 TEST(OutputFolderTest, AShardThatCannotBeRemovedIsNamedAndTheIndexStays) {
   TempDir tmp;
   const fs::path dir = tmp.path() / "out";

@@ -157,10 +157,11 @@ int run_configured(Config& config, const PartitionFlags& partition_flags,
   // After this command, run.summary_json holds its summary or nothing: never an older run's.
   remove_earlier_summary(config);
   SharedFlag overwritten;  // Note [Overwrite once] in pipeline/runner.cpp
+  SharedFlag quarantined;  // Note [Decoding while the encoders load] in pipeline/early_decoding.cpp
   RunContext context;
   if (config.run.supervise) {
     // Forks before anything starts threads or the GPU; the parent only waits and restarts.
-    if (const auto exit_code = supervise(folder, config.run.max_restarts)) {
+    if (const auto exit_code = supervise(folder, config.run.max_restarts, &quarantined)) {
       state.reported = true;  // by the child, or here
       if (!config.run.summary_json.empty() && !std::filesystem::exists(config.run.summary_json)) {
         report_unreported_end({}, config, partition, *exit_code,
@@ -173,6 +174,7 @@ int run_configured(Config& config, const PartitionFlags& partition_flags,
     context.owner_pid = static_cast<int>(::getppid());
   }
   context.overwrite_done = overwritten.is_set();
+  context.quarantine_is_this_commands = quarantined.is_set();
   context.after_overwrite = [&overwritten] { overwritten.set(); };
   context.partition = partition;
   context.command = command_line;

@@ -90,7 +90,8 @@ void SharedFlag::set() { static_cast<std::atomic<int>*>(page_)->store(1); }
 
 bool SharedFlag::is_set() const { return static_cast<std::atomic<int>*>(page_)->load() != 0; }
 
-std::optional<int> supervise(const std::filesystem::path& output_dir, int max_restarts) {
+std::optional<int> supervise(const std::filesystem::path& output_dir, int max_restarts,
+                             SharedFlag* quarantined) {
   handle_stop_signals(forward);
 
   const pid_t parent = ::getpid();
@@ -140,8 +141,9 @@ std::optional<int> supervise(const std::filesystem::path& output_dir, int max_re
     // restart without blaming the samples in flight. (A kill of the whole job takes the
     // supervisor too.)
     const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    const int quarantined = killed ? 0 : quarantine_in_flight(output_dir, cause, watchdog);
-    fruitless = quarantined > 0 ? 0 : fruitless + 1;
+    const int blamed = killed ? 0 : quarantine_in_flight(output_dir, cause, watchdog);
+    if (blamed > 0 && quarantined != nullptr) quarantined->set();
+    fruitless = blamed > 0 ? 0 : fruitless + 1;
     if (fruitless > max_restarts) {
       spdlog::error("the run died {} times in a row ({}) with no sample to blame; giving up. "
                     "Rerun the same command to resume from the committed shards",
@@ -149,7 +151,7 @@ std::optional<int> supervise(const std::filesystem::path& output_dir, int max_re
       return kExitInternal;
     }
     spdlog::warn("the run died ({}); {} sample(s) in flight quarantined; restarting it to "
-                 "resume (restart {})", cause, quarantined, start + 1);
+                 "resume (restart {})", cause, blamed, start + 1);
   }
 }
 

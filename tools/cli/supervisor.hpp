@@ -9,11 +9,6 @@
 
 namespace precompute {
 
-// Forks. In the child returns std::nullopt at once: the caller runs the job and exits. In the
-// parent returns the exit code to end with: the child's, once it ends other than by a crash, or
-// kExitInternal after `max_restarts` crashes in a row that quarantined nothing new.
-std::optional<int> supervise(const std::filesystem::path& output_dir, int max_restarts);
-
 // A flag shared by a supervisor and every child it starts (one shared anonymous page, made
 // before the first fork): the first child sets it, the restarted ones read it
 // (Note [Overwrite once] in pipeline/runner.cpp).
@@ -30,5 +25,14 @@ class SharedFlag {
  private:
   void* page_ = nullptr;
 };
+
+// Forks. In the child returns std::nullopt at once: the caller runs the job and exits. In the
+// parent returns the exit code to end with: the child's, once it ends other than by a crash, or
+// kExitInternal after `max_restarts` crashes in a row that quarantined nothing new.
+// `quarantined`, when given, is set once this supervisor has written the folder's quarantine:
+// the restarted runs know it for this command's (Note [Decoding while the encoders load] in
+// pipeline/early_decoding.cpp).
+std::optional<int> supervise(const std::filesystem::path& output_dir, int max_restarts,
+                             SharedFlag* quarantined = nullptr);
 
 }  // namespace precompute
