@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "encoders/model_failure_message.hpp"
+#include "encoders/unpacked_packages.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/logging.hpp"
 
@@ -110,103 +111,6 @@ void load_libtorch_for_packages() {
   (void)loaded;  // when it fails, the package's own load fails and says what is missing
 }
 
-// Note [Unpacked packages]
-// LibTorch's loader unpacks a package (its compiled code, and weights as big as the model) into
-// a fresh folder /tmp/XXXXXX, whatever TMPDIR says, and removes it only when the model is
-// destroyed: a crash, a kill -9 or the OOM killer leaves a copy of the model in /tmp each time,
-// and a node that restarts precompute for weeks fills up. Which folders are this process's is
-// read from /proc/self/maps (the package's library is mapped from there).
-// - A CPU package needs nothing more from the folder once loaded (its code is mapped, its weights
-//   in memory), so the folder is removed at once.
-// - A CUDA package loads each kernel's cubin from the folder the first time the kernel runs, and
-//   which kernels run depends on the batch's shape, so the folder must outlive the model. Its
-//   name goes into a ledger instead, /tmp/precompute-pt2/<pid>.<folder>, and each load first
-//   removes the folders of ledger entries whose process is gone. So a killed run's copy is
-//   removed by the next run that loads a package on that machine.
-constexpr const char* kLedger = "/tmp/precompute-pt2";
-
-// Whether `name` is one the loader gives its folders in /tmp: six characters (mkdtemp's XXXXXX).
-bool loader_folder_name(const std::string& name) { return name.size() == 6; }
-
-// The folders /tmp/XXXXXX that hold a package this process has loaded.
-std::vector<std::filesystem::path> unpacked_folders() {
-  std::vector<std::filesystem::path> found;
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  const std::string marker = "/data/aotinductor/";
-  while (std::getline(maps, line)) {
-    const auto slash = line.find('/');
-    if (slash == std::string::npos || line.find(" (deleted)") != std::string::npos) continue;
-    const std::filesystem::path mapped = line.substr(slash);
-    const auto at = mapped.string().find(marker);
-    if (at == std::string::npos) continue;
-    // /tmp/XXXXXX/<package>/data/aotinductor/<model>/<name>.so: the folder is two above "data".
-    const std::filesystem::path root =
-        std::filesystem::path(mapped.string().substr(0, at)).parent_path();
-    if (root.parent_path() != "/tmp" || !loader_folder_name(root.filename().string())) continue;
-    if (std::find(found.begin(), found.end(), root) == found.end()) found.push_back(root);
-  }
-  return found;
-}
-
-// Removes the folders of ledger entries whose process has ended, and those entries.
-void remove_folders_of_ended_runs() {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
-    const std::string name = entry.path().filename().string();
-    const auto dot = name.find('.');
-    if (dot == std::string::npos || dot == 0) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str(), &end, 10);
-    if (end != name.c_str() + dot || pid <= 0) continue;
-    // Alive, or not ours to ask about: kept until it has ended.
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    const std::string folder = name.substr(dot + 1);
-    std::error_code ignored;
-    if (loader_folder_name(folder)) {
-      std::filesystem::remove_all(std::filesystem::path("/tmp") / folder, ignored);
-    }
-    std::filesystem::remove(entry.path(), ignored);
-  }
-}
-
-// Removes this process's ledger entries whose folder is gone (LibTorch removed it with its model).
-void forget_removed_folders() {
-  std::error_code ec;
-  const std::string mine = std::to_string(::getpid()) + ".";
-  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(mine, 0) != 0) continue;
-    std::error_code ignored;
-    if (!std::filesystem::exists(std::filesystem::path("/tmp") / name.substr(mine.size()),
-                                 ignored)) {
-      std::filesystem::remove(entry.path(), ignored);
-    }
-  }
-}
-
-// After a load, for the folders it unpacked (those not in `before`): removes them (CPU), or
-// writes them into the ledger (CUDA). The process's other packages keep theirs: a CPU package
-// loaded after a CUDA one must not take the CUDA one's kernels away.
-void settle_unpacked_folders(const std::vector<std::filesystem::path>& before, bool keep) {
-  std::error_code ec;
-  if (keep) {
-    std::filesystem::create_directories(kLedger, ec);
-    // Anyone's runs on the machine share the ledger; each removes only ended processes' folders.
-    std::filesystem::permissions(
-        kLedger, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
-  }
-  for (const auto& folder : unpacked_folders()) {
-    if (std::find(before.begin(), before.end(), folder) != before.end()) continue;
-    if (keep) {
-      std::ofstream(std::filesystem::path(kLedger) /
-                    (std::to_string(::getpid()) + "." + folder.filename().string()));
-    } else {
-      std::filesystem::remove_all(folder, ec);
-    }
-  }
-}
-
 // LibTorch's text of an exception, without the C++ backtrace its errors carry.
 std::string error_text(const std::exception& e) {
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
@@ -262,6 +166,9 @@ std::string describe_pt2_input(const Pt2Input& input) {
 Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device, ComputeDtype dtype,
                    ModelUse use)
     : file_(file), device_(device), dtype_(to_scalar_type(dtype)), use_(std::move(use)) {
+  // From before the metadata is read: LibTorch unpacks the package for that too (Note
+  // [Unpacked packages] in encoders/unpacked_packages.cpp).
+  PackageUnpacking unpacking;
   const std::string what = detail::concat(modality_name(use_.modality), " model ", file.string());
   const std::string wanted = device.is_cuda() ? "cuda" : "cpu";
   std::vector<std::string> builds;
@@ -327,11 +234,9 @@ Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
   try {
     const c10::DeviceIndex index = device.is_cuda() ? (device.has_index() ? device.index() : 0)
                                                     : static_cast<c10::DeviceIndex>(-1);
-    remove_folders_of_ended_runs();
-    const auto before = unpacked_folders();
     loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         file.string(), build_, /*run_single_threaded=*/false, /*num_runners=*/1, index);
-    settle_unpacked_folders(before, /*keep=*/device.is_cuda());
+    unpacking.settle(/*keep=*/device.is_cuda());
   } catch (const std::exception& e) {
     PC_THROW(ModelError, "cannot load ", what, " onto ", device.str(), ": ",
              model_message_line(error_text(e)));
@@ -341,7 +246,7 @@ Pt2Model::Pt2Model(const std::filesystem::path& file, const c10::Device& device,
 Pt2Model::~Pt2Model() {
   // LibTorch removes the package's folder with the model; its ledger entry goes too.
   loader_.reset();
-  forget_removed_folders();
+  forget_removed_packages();
 }
 
 at::Tensor Pt2Model::forward(std::vector<at::Tensor> inputs) {

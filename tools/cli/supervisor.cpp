@@ -13,6 +13,7 @@
 #include <new>
 #include <string>
 
+#include "encoders/unpacked_packages.hpp"
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/stop_request.hpp"
 #include "pipeline/crash_containment.hpp"
@@ -119,6 +120,7 @@ std::optional<int> supervise(const std::filesystem::path& output_dir, int max_re
                std::strerror(errno));
     }
     g_child.store(0);
+    remove_packages_left_by(child);  // a run that died loading a package (Note [Unpacked packages])
     if (g_forwarded.load() != 0) {
       // Stopped on request: never restart, end as the child did.
       if (WIFEXITED(status)) return WEXITSTATUS(status);

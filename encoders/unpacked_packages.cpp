@@ -1,0 +1,224 @@
+#include "encoders/unpacked_packages.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <system_error>
+
+namespace precompute {
+namespace {
+
+// Note [Unpacked packages]
+// LibTorch's loader unpacks a package (its compiled code, and weights as big as the model) into
+// a fresh folder /tmp/XXXXXX, whatever TMPDIR says, and removes it only when the model is
+// destroyed: a crash, a kill -9 or the OOM killer leaves a copy of the model in /tmp each time,
+// and a node that restarts precompute for weeks fills up. Which folders are this process's is
+// read from /proc/self/maps (the package's library is mapped from there).
+// - A CPU package needs nothing more from the folder once loaded (its code is mapped, its weights
+//   in memory), so the folder is removed at once.
+// - A CUDA package loads each kernel's cubin from the folder the first time the kernel runs, and
+//   which kernels run depends on the batch's shape, so the folder must outlive the model. Its
+//   name goes into a ledger instead, /tmp/precompute-pt2/<pid>.<folder>, and each load first
+//   removes the folders of ledger entries whose process is gone. So a killed run's copy is
+//   removed by the next run that loads a package on that machine.
+// - A run that dies while a package is loading (a decoder crash among the samples decoded
+//   meanwhile: Note [Decoding while the encoders load] in pipeline/early_decoding.cpp) leaves a
+//   folder nobody has named yet. So each load first records "<pid>.loading" in the ledger, with
+//   the /tmp/XXXXXX folders there were, and the supervisor, once it sees the run dead, removes
+//   the folders made since that are not in the ledger and look like an unpacking package. Loads
+//   hold the ledger's lock shared and the supervisor takes it alone, so no other run's package is
+//   being unpacked while it looks. Without a supervisor, or when the supervisor dies too, such a
+//   copy stays.
+constexpr const char* kLedger = "/tmp/precompute-pt2";
+
+// Whether `name` is one the loader gives its folders in /tmp: six characters (mkdtemp's XXXXXX).
+bool loader_folder_name(const std::string& name) { return name.size() == 6; }
+
+// The folders /tmp/XXXXXX that hold a package this process has loaded.
+std::vector<std::filesystem::path> unpacked_folders() {
+  std::vector<std::filesystem::path> found;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const std::string marker = "/data/aotinductor/";
+  while (std::getline(maps, line)) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos || line.find(" (deleted)") != std::string::npos) continue;
+    const std::filesystem::path mapped = line.substr(slash);
+    const auto at = mapped.string().find(marker);
+    if (at == std::string::npos) continue;
+    // /tmp/XXXXXX/<package>/data/aotinductor/<model>/<name>.so: the folder is two above "data".
+    const std::filesystem::path root =
+        std::filesystem::path(mapped.string().substr(0, at)).parent_path();
+    if (root.parent_path() != "/tmp" || !loader_folder_name(root.filename().string())) continue;
+    if (std::find(found.begin(), found.end(), root) == found.end()) found.push_back(root);
+  }
+  return found;
+}
+
+// Removes the folders of ledger entries whose process has ended, and those entries.
+void remove_folders_of_ended_runs() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto dot = name.find('.');
+    if (dot == std::string::npos || dot == 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str(), &end, 10);
+    if (end != name.c_str() + dot || pid <= 0) continue;
+    // Alive, or not ours to ask about: kept until it has ended.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    const std::string folder = name.substr(dot + 1);
+    std::error_code ignored;
+    if (loader_folder_name(folder)) {
+      std::filesystem::remove_all(std::filesystem::path("/tmp") / folder, ignored);
+    }
+    std::filesystem::remove(entry.path(), ignored);
+  }
+}
+
+// After a load, for the folders it unpacked (those not in `before`): removes them (CPU), or
+// writes them into the ledger (CUDA). The process's other packages keep theirs: a CPU package
+// loaded after a CUDA one must not take the CUDA one's kernels away.
+void settle_unpacked_folders(const std::vector<std::filesystem::path>& before, bool keep) {
+  std::error_code ec;
+  if (keep) {
+    std::filesystem::create_directories(kLedger, ec);
+    // Anyone's runs on the machine share the ledger; each removes only ended processes' folders.
+    std::filesystem::permissions(
+        kLedger, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
+  }
+  for (const auto& folder : unpacked_folders()) {
+    if (std::find(before.begin(), before.end(), folder) != before.end()) continue;
+    if (keep) {
+      std::ofstream(std::filesystem::path(kLedger) /
+                    (std::to_string(::getpid()) + "." + folder.filename().string()));
+    } else {
+      std::filesystem::remove_all(folder, ec);
+    }
+  }
+}
+
+// The /tmp/XXXXXX folders there are now, by name.
+std::set<std::string> folders_in_tmp() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code ignored;
+    if (loader_folder_name(name) && entry.is_directory(ignored) && !entry.is_symlink(ignored)) {
+      names.insert(name);
+    }
+  }
+  return names;
+}
+
+// Whether `folder` holds what an interrupted unpacking leaves: nothing yet, or the package's
+// folders, each empty or holding its "data".
+bool looks_unpacked(const std::filesystem::path& folder) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+    std::error_code ignored;
+    if (entry.is_symlink(ignored) || !entry.is_directory(ignored)) return false;
+    for (const auto& inside : std::filesystem::directory_iterator(entry.path(), ignored)) {
+      if (inside.path().filename() != "data") return false;
+    }
+  }
+  return !ec;
+}
+
+std::filesystem::path loading_record(int pid) {
+  return std::filesystem::path(kLedger) / (std::to_string(pid) + ".loading");
+}
+
+// The ledger's lock file, opened (-1 where it cannot be: the lock is then skipped).
+int open_ledger_lock() {
+  const auto lock = std::filesystem::path(kLedger) / ".lock";
+  return ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+}
+
+}  // namespace
+
+void forget_removed_packages() {
+  std::error_code ec;
+  const std::string mine = std::to_string(::getpid()) + ".";
+  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(mine, 0) != 0) continue;
+    std::error_code ignored;
+    if (!std::filesystem::exists(std::filesystem::path("/tmp") / name.substr(mine.size()),
+                                 ignored)) {
+      std::filesystem::remove(entry.path(), ignored);
+    }
+  }
+}
+
+PackageUnpacking::PackageUnpacking() {
+  std::error_code ec;
+  std::filesystem::create_directories(kLedger, ec);
+  // Anyone's runs on the machine share the ledger; each removes only ended processes' folders.
+  std::filesystem::permissions(
+      kLedger, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
+  lock_fd_ = open_ledger_lock();
+  if (lock_fd_ >= 0) {
+    while (::flock(lock_fd_, LOCK_SH) != 0 && errno == EINTR) {
+    }
+  }
+  remove_folders_of_ended_runs();
+  record_ = loading_record(::getpid());
+  std::ofstream record(record_);
+  for (const auto& name : folders_in_tmp()) record << name << "\n";
+  before_ = unpacked_folders();
+}
+
+PackageUnpacking::~PackageUnpacking() {
+  std::error_code ignored;
+  std::filesystem::remove(record_, ignored);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+}
+
+void PackageUnpacking::settle(bool keep) { settle_unpacked_folders(before_, keep); }
+
+void remove_packages_left_by(int pid) {
+  const auto record = loading_record(pid);
+  std::error_code ec;
+  const auto started = std::filesystem::last_write_time(record, ec);
+  if (ec) return;  // it died loading no package
+  std::set<std::string> before;
+  {
+    std::ifstream in(record);
+    for (std::string name; std::getline(in, name);) before.insert(name);
+  }
+  const int lock = open_ledger_lock();
+  if (lock >= 0) {
+    while (::flock(lock, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  std::set<std::string> named;  // folders the ledger names: loaded, and someone's
+  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto dot = name.find('.');
+    if (dot != std::string::npos && dot > 0) named.insert(name.substr(dot + 1));
+  }
+  for (const auto& name : folders_in_tmp()) {
+    if (before.count(name) > 0 || named.count(name) > 0) continue;
+    const auto folder = std::filesystem::path("/tmp") / name;
+    std::error_code time_error;
+    if (std::filesystem::last_write_time(folder, time_error) < started || time_error) continue;
+    if (!looks_unpacked(folder)) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(folder, ignored);
+  }
+  std::error_code ignored;
+  std::filesystem::remove(record, ignored);
+  if (lock >= 0) ::close(lock);
+}
+
+}  // namespace precompute
