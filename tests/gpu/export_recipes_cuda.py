@@ -188,8 +188,9 @@ def torchvision_check(args, dtype: str, package: Path, weights: Path) -> dict:
     on_cpu = run(args.binary, args.work, "torchvision-cpu", samples, "video",
                  {**body, "encoder": {"path": str(cpu_package)}, "dtype": "float32"}, "cpu")
     if on_cuda.returncode or on_cpu.returncode:
+        failed = on_cuda if on_cuda.returncode else on_cpu  # the first run that failed
         return {"ok": False, "exits": [on_cuda.returncode, on_cpu.returncode],
-                "error": (on_cuda.stderr or on_cpu.stderr)[-1500:]}
+                "error": failed.stderr[-1500:]}
     a = stored(args.work / f"torchvision-{dtype}", "video")
     b = stored(args.work / "torchvision-cpu", "video")
     keys = sorted(b)
