@@ -48,6 +48,9 @@ class EarlyDecoding {
   // Samples prepared early so far, taken or not.
   int64_t prepared() const;
 
+  // When the threads were started.
+  Clock::time_point started() const { return started_; }
+
  private:
   enum class State { kWaiting, kPreparing, kDone, kTaken };
   struct Item {
@@ -59,6 +62,7 @@ class EarlyDecoding {
 
   void work();
 
+  Clock::time_point started_ = Clock::now();
   Prepare prepare_;
   std::function<void()> on_prepared_;
   std::function<void()> on_taken_;

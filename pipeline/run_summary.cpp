@@ -101,15 +101,18 @@ std::string format_summary(const RunSummary& s) {
     }
   }
   out += fmt::format("; graph ran {:.2f} s", s.graph_seconds);
-  if (s.video_clips > 0 && s.graph_seconds > 0) {
+  if (s.early_decoding_seconds > 0) {
+    out += fmt::format(" (decoding began {:.2f} s before it)", s.early_decoding_seconds);
+  }
+  if (s.video_clips > 0 && s.decoding_seconds() > 0) {
     // (Note [How busy the decoders were] in runner.cpp)
     out += ":";
     if (s.nvdec_sessions > 0) {
       out += fmt::format(" NVDEC sessions busy {:.0f}% of it,",
-                         100.0 * s.video_nvdec_seconds / (s.nvdec_sessions * s.graph_seconds));
+                         100.0 * s.video_nvdec_seconds / (s.nvdec_sessions * s.decoding_seconds()));
     }
     out += fmt::format(" CPU video decodes {:.1f} at a time on average",
-                       s.video_cpu_decode_seconds / s.graph_seconds);
+                       s.video_cpu_decode_seconds / s.decoding_seconds());
   }
   if (s.oom_splits > 0) {
     out += fmt::format("; {} batch(es) split after running out of device memory", s.oom_splits);

@@ -554,6 +554,7 @@ std::vector<std::string> gpu_devices(const EncoderPools& pools) {
 struct Executed {
   OutputIndex index;  // every shard of the output, committed
   int64_t peak_decoded_bytes = 0;
+  double early_decoding_seconds = 0.0;  // RunSummary::early_decoding_seconds
 };
 
 // Throws StoppedError after a stop request; otherwise every planned sample is committed.
@@ -613,6 +614,15 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
                            [&](int64_t seq) { return input.columns_at(seq); });
   for (auto& kept : planned.plan.kept) assembler.preload(std::move(kept));
   mark_start_up("graph set up");
+  // The decoders' time before the graph: from the early samples' start until they were done or
+  // the graph began (Note [How busy the decoders were]).
+  double early_decoding_seconds = 0.0;
+  if (calibrated.early) {
+    const auto now = Clock::now();
+    const auto end = std::min(calibrated.early->idle_since().value_or(now), now);
+    early_decoding_seconds =
+        std::max(0.0, std::chrono::duration<double>(end - calibrated.early->started()).count());
+  }
   const ProgressContext progress_context{Clock::now(), gpu_devices(calibrated.pools)};
   {
     metrics.write(stats);
@@ -630,18 +640,20 @@ Executed execute(const Config& config, const Input& input, const Calibrated& cal
   // Every sample is committed: suspects of earlier crashes are settled.
   std::error_code ignored;
   std::filesystem::remove(config.output.path / kQuarantineFileName, ignored);
-  return {committer.index(), host_budget.peak_bytes()};
+  return {committer.index(), host_budget.peak_bytes(), early_decoding_seconds};
 }
 
 // Note [How busy the decoders were]
 // A video job is bound by its decoders (docs/benchmarks.md, "Video"), so the
-// summary says how busy they kept while the graph ran: the time files spent on NVDEC sessions
-// as a share of sessions x the graph's wall time, and the time in CPU video decodes divided by
-// it, the CPU decodes running at once on average (at most the decode threads). Sessions near
-// 100% and CPU decodes near the cores mean the decoders are the bound; lower figures mean the
-// rest of the graph (the encoders, the memory bounds, the writer) kept them waiting. The graph's
-// time leaves out what comes before it inside `seconds` (reading the input, opening the
-// sessions, calibrating the budget), which the difference of the two says.
+// summary says how busy they kept while they had work: the time files spent on NVDEC sessions as
+// a share of sessions x that wall time, and the time in CPU video decodes divided by it, the CPU
+// decodes running at once on average (at most the decode threads). That wall time is the graph's
+// plus, where samples were decoded while the encoders loaded (Note [Decoding while the encoders
+// load] in early_decoding.cpp), the time from their start until they were done or the graph
+// began. Sessions near 100% and CPU decodes near the cores mean the decoders are the bound;
+// lower figures mean the rest of the graph (the encoders, the memory bounds, the writer) kept
+// them waiting. It leaves out the rest of `seconds` (reading the input, opening the sessions,
+// calibrating the budget).
 //
 // The run's summary: its counters (summary_from_stats()) and what the run around them decided.
 // `span`: the input positions this run covers; `resumed_samples`: those already committed when
@@ -659,6 +671,7 @@ RunSummary summarise(const Config& config, const Calibrated& calibrated, const R
   summary.video_decoders = calibrated.preparer.video_decoders();
   summary.nvdec_sessions = calibrated.preparer.nvdec_sessions();
   summary.peak_decoded_bytes = executed.peak_decoded_bytes;
+  summary.early_decoding_seconds = executed.early_decoding_seconds;
   summary.peak_rss_bytes = peak_rss_bytes();
   summary.device_memory = device_memory_peaks();
   summary.gpu_budget = calibrated.gpu_budget;

@@ -78,6 +78,11 @@ struct RunSummary {
   // encoders load] in pipeline/early_decoding.cpp): all of it when none was.
   double load_waited_seconds = 0.0;
   double graph_seconds = 0.0;  // of `seconds`, the graph's: decoding to the last commit
+  // The decoders' time before the graph: samples decoded while the encoders loaded, from their
+  // start until they were done or the graph began (Note [How busy the decoders were]).
+  double early_decoding_seconds = 0.0;
+  // The wall time the decoders had work in: the graph's and the early decoding's.
+  double decoding_seconds() const { return graph_seconds + early_decoding_seconds; }
   std::map<std::string, double> busy_seconds;  // working time of the serial and encode stages
   std::filesystem::path output;
 

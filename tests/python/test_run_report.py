@@ -225,6 +225,7 @@ def test_summary_counts_equal_inspect_and_metrics_parse(binary, data, tmp_path):
     assert summary["throughput"]["samples_per_s_with_load"] == pytest.approx(
         12 / (seconds["run"] + seconds["load_waited"]))
     assert any(m["step"].startswith("early decoding started: ") for m in summary["start_up"])
+    assert 0 < seconds["early_decoding"] < seconds["run"]
     assert set(summary["busy_seconds"]) == set(summary["busy_fraction"])
     assert {"route", "assemble", "build shards", "commit", "encode video"} <= set(
         summary["busy_seconds"])

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "pipeline/start_up_trace.hpp"
+#include "pipeline/run_summary.hpp"
 #include "pipeline/summary_file.hpp"
 
 namespace precompute {
@@ -48,6 +49,28 @@ TEST(SummaryFile, WithoutABudgetTheListIsEmpty) {
   EXPECT_TRUE(j.at("memory").at("gpu_budget").is_array());
   EXPECT_TRUE(j.at("memory").at("gpu_budget").empty());
   EXPECT_TRUE(j.at("start_up").empty());
+}
+
+// NVDEC sessions' busy share and the CPU decodes at once are over the time the decoders had
+// work: the graph's and, before it, the samples decoded while the encoders loaded.
+TEST(SummaryFile, DecodersAreJudgedOverTheGraphAndTheEarlyDecoding) {
+  RunSummary s;
+  s.modalities[modality_index(Modality::kVideo)] = true;
+  s.video_clips = 800;
+  s.nvdec_sessions = 14;
+  s.graph_seconds = 8.0;
+  s.early_decoding_seconds = 0.75;
+  s.video_nvdec_seconds = 14 * 8.75 * 0.96;
+  s.video_cpu_decode_seconds = 15.5 * 8.75;
+  const auto j = nlohmann::json::parse(summary_text(s));
+  EXPECT_DOUBLE_EQ(j.at("seconds").at("early_decoding").get<double>(), 0.75);
+  const auto& video = j.at("video_decoding");
+  EXPECT_NEAR(video.at("nvdec_busy_fraction").get<double>(), 0.96, 1e-12);
+  EXPECT_NEAR(video.at("cpu_decodes_at_once").get<double>(), 15.5, 1e-12);
+  EXPECT_NE(format_summary(s).find("graph ran 8.00 s (decoding began 0.75 s before it): NVDEC "
+                                   "sessions busy 96% of it, CPU video decodes 15.5 at a time"),
+            std::string::npos)
+      << format_summary(s);
 }
 
 TEST(StartUpTrace, MarksCountFromTheProcessStartInOrderAndAClearForgetsThem) {
