@@ -993,11 +993,15 @@ RunSummary run_precompute(const Config& config, const RunContext& context) {
                      part.split() ? rank_folder(config.output.path, part.rank, part.world_size)
                                   : config.output.path,
                      input);
-  if (context.partition.split()) {
-    return run_rank(config, context, input, run_started, stats, early);
-  }
   const RankSpan whole{0, 0, 0, static_cast<int64_t>(input.samples.size())};
-  return run_range(config, config, whole, nullptr, context, input, run_started, stats, early);
+  RunSummary summary =
+      context.partition.split()
+          ? run_rank(config, context, input, run_started, stats, early)
+          : run_range(config, config, whole, nullptr, context, input, run_started, stats, early);
+  // The time since the last progress line is the run's end: the summary written, the decoders'
+  // sessions closed and the encoders freed.
+  spdlog::debug("end: the run's decoders and encoders released");
+  return summary;
 }
 
 }  // namespace precompute
