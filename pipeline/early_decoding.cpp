@@ -32,6 +32,11 @@ namespace precompute {
 // quarantine that was there before the command is an earlier run's, about another input maybe:
 // the removal takes it, and until then nothing is decoded early.
 //
+// A run that ends while early samples are still being decoded (refused once the encoders
+// loaded, or ended by an error) drops them and cuts their decodes short (cut_decodes_short())
+// rather than keeping the refusal waiting; a decoder that ignores the check holds it until the
+// watchdog ends the process, as in the graph.
+//
 // The run's clock (the summary's `seconds.run`) leaves out only the part of the encoders' load
 // that no decode overlapped: the time after the early samples were all prepared, or the whole
 // load when none were.
@@ -64,6 +69,10 @@ EarlyDecoding::~EarlyDecoding() {
   {
     const std::lock_guard lock(mutex_);
     stopping_ = true;
+    // The run ends with samples still being decoded (refused while the encoders loaded, or
+    // ended by an error): their results are dropped, so their decodes end at the next check
+    // instead of keeping the refusal waiting. A decoder that ignores the check is the watchdog's.
+    if (busy_ > 0) cut_decodes_short();
   }
   for (auto& t : threads_) t.join();
 }

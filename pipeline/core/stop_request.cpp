@@ -51,6 +51,14 @@ void clear_stop_request() { g_signal.store(0); }
 
 bool stop_requested() { return g_signal.load(std::memory_order_relaxed) != 0; }
 
+namespace {
+std::atomic<bool> g_decodes_cut_short{false};
+}  // namespace
+
+void cut_decodes_short() { g_decodes_cut_short.store(true); }
+
+bool decodes_cut_short() { return g_decodes_cut_short.load(std::memory_order_relaxed); }
+
 int stop_signal() { return g_signal.load(); }
 
 const char* stop_signal_name(int signal) {

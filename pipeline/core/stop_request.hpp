@@ -22,6 +22,14 @@ bool stop_requested();
 // The signal that asked for the stop; 0 when none did.
 int stop_signal();
 
+// Ends the decodes under way at their next check, as a stop request does, without asking the run
+// to stop: for a run that ends (refused, or by an error) while samples decoded ahead of the graph
+// are still being prepared, whose results it drops (Note [Decoding while the encoders load] in
+// pipeline/early_decoding.cpp). For the rest of the process.
+void cut_decodes_short();
+// True once cut_decodes_short() was called.
+bool decodes_cut_short();
+
 // "SIGINT", "SIGTERM", "SIGHUP": for messages.
 const char* stop_signal_name(int signal);
 

@@ -287,7 +287,8 @@ Deadline::Deadline(double seconds) : started_ns_(steady_now_ns()), seconds_(seco
 }
 
 bool Deadline::passed() const {
-  if (stop_requested()) return true;  // Note [A stop drops the samples in flight]
+  // Note [A stop drops the samples in flight]; a run that drops its early decodes likewise.
+  if (stop_requested() || decodes_cut_short()) return true;
   if (limit_ns_ < 0) return false;
   const int64_t from = std::max(started_ns_, last_resume_ns());
   return steady_now_ns() - from >= limit_ns_;
@@ -301,8 +302,8 @@ double Deadline::seconds_left() const {
 
 void Deadline::check(const std::filesystem::path& file, const char* stage) const {
   // Never recorded: the graph drops a sample whose decode a stop cut short.
-  PC_MEDIA_CHECK(!stop_requested(), FailureCategory::kTimeout, file.string(), ": ", stage,
-                 " cut short by a stop request");
+  PC_MEDIA_CHECK(!stop_requested() && !decodes_cut_short(), FailureCategory::kTimeout,
+                 file.string(), ": ", stage, " cut short by a stop request or the run's end");
   PC_MEDIA_CHECK(!passed(), FailureCategory::kTimeout, file.string(), ": still ", stage,
                  " after the limit of ", seconds_,
                  " s per file (run.sample_timeout_s); raise it for very long or slow files");

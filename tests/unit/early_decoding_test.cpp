@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "pipeline/core/stop_request.hpp"
+
 namespace precompute {
 namespace {
 
@@ -108,6 +110,18 @@ TEST(EarlyDecodingTest, HandsOutEachEarlyPositionOnceInThePlansOrder) {
   EXPECT_EQ(calls, (std::vector<int64_t>{2, 5, 7})) << "each prepared exactly once";
 }
 
+TEST(EarlyDecodingTest, AnEndWithNothingBeingPreparedLeavesOtherDecodesAlone) {
+  const auto input = make_input(4);
+  Recorder recorder;
+  {
+    EarlyDecoding early(input, {0, 1}, recorder.prepare(), 2);
+    recorder.wait_for_calls(2);
+    ASSERT_NE(early.take(0), nullptr);
+    ASSERT_NE(early.take(1), nullptr);
+  }
+  EXPECT_FALSE(decodes_cut_short());
+}
+
 TEST(EarlyDecodingTest, NumbersSamplesByTheirPlaceAmongTheEarlyPositions) {
   const auto input = make_input(10);
   Recorder recorder;
@@ -194,6 +208,8 @@ TEST(EarlyDecodingTest, EndingStartsNothingMoreAndWaitsForTheSamplesBeingPrepare
   const auto calls = recorder.calls().size();
   EXPECT_GE(calls, 3U);
   EXPECT_LT(calls, 50U) << "ending early decoding must not prepare every position";
+  // The samples being prepared are dropped: decodes end at their next check (Deadline).
+  EXPECT_TRUE(decodes_cut_short());
 }
 
 }  // namespace

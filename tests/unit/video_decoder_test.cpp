@@ -26,6 +26,7 @@
 
 #include "pipeline/core/error.hpp"
 #include "pipeline/core/pause_clock.hpp"
+#include "pipeline/core/stop_request.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/kept_decoder.hpp"
 #include "pipeline/media/nvdec_decoder_backend.hpp"
@@ -691,6 +692,31 @@ TEST(VideoDecoder, DeadlineStopsALongDecode) {
   const Outcome outcome = outcome_of(clip, options);
   EXPECT_EQ(outcome.category, "timeout") << outcome.message;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// A run that drops its early decodes (Note [Decoding while the encoders load]) cuts every decode
+// under way short at its next check, whatever its own limit. In a child process: the cut is for
+// the rest of the process.
+TEST(VideoDecoder, DecodesCutShortEndAtTheNextCheck) {
+  TempDir dir;
+  const auto clip = dir / "long.mp4";
+  run_ffmpeg("-f lavfi -i testsrc2=s=320x240:r=25:d=20 -c:v libx264 -preset ultrafast " +
+             quoted(clip));
+  VideoDecodeOptions options = num_frames_options(8);
+  options.timeout_s = 1e300;  // never
+  EXPECT_EXIT(
+      {
+        std::thread cut([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          cut_decodes_short();
+        });
+        const Outcome outcome = outcome_of(clip, options);
+        cut.join();
+        const bool ok = outcome.category == "timeout" &&
+                        outcome.message.find("the run's end") != std::string::npos;
+        std::_Exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 // Note [Paused runs]: a deadline counts from the last resume of a stopped process, so time
