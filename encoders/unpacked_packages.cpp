@@ -84,17 +84,21 @@ void remove_folders_of_ended_runs() {
   }
 }
 
+// Creates the ledger's folder where it is missing. Anyone's runs on the machine share it; each
+// removes only ended processes' folders.
+void make_ledger() {
+  std::error_code ec;
+  std::filesystem::create_directories(kLedger, ec);
+  std::filesystem::permissions(
+      kLedger, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
+}
+
 // After a load, for the folders it unpacked (those not in `before`): removes them (CPU), or
 // writes them into the ledger (CUDA). The process's other packages keep theirs: a CPU package
 // loaded after a CUDA one must not take the CUDA one's kernels away.
 void settle_unpacked_folders(const std::vector<std::filesystem::path>& before, bool keep) {
   std::error_code ec;
-  if (keep) {
-    std::filesystem::create_directories(kLedger, ec);
-    // Anyone's runs on the machine share the ledger; each removes only ended processes' folders.
-    std::filesystem::permissions(
-        kLedger, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
-  }
+  if (keep) make_ledger();
   for (const auto& folder : unpacked_folders()) {
     if (std::find(before.begin(), before.end(), folder) != before.end()) continue;
     if (keep) {
@@ -161,11 +165,7 @@ void forget_removed_packages() {
 }
 
 PackageUnpacking::PackageUnpacking() {
-  std::error_code ec;
-  std::filesystem::create_directories(kLedger, ec);
-  // Anyone's runs on the machine share the ledger; each removes only ended processes' folders.
-  std::filesystem::permissions(
-      kLedger, std::filesystem::perms::all | std::filesystem::perms::sticky_bit, ec);
+  make_ledger();
   lock_fd_ = open_ledger_lock();
   if (lock_fd_ >= 0) {
     while (::flock(lock_fd_, LOCK_SH) != 0 && errno == EINTR) {

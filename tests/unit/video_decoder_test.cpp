@@ -678,11 +678,17 @@ TEST(VideoDecoder, PassedDeadlineIsATimeout) {
   EXPECT_EQ(decode_video(clip, options).num_frames, 4);
 }
 
-TEST(VideoDecoder, DeadlineStopsALongDecode) {
-  TempDir dir;
+// 20 s of 320x240 at 25 fps (500 frames): decoding it takes far longer than opening it.
+std::filesystem::path long_clip(const TempDir& dir) {
   const auto clip = dir / "long.mp4";
   run_ffmpeg("-f lavfi -i testsrc2=s=320x240:r=25:d=20 -c:v libx264 -preset ultrafast " +
              quoted(clip));
+  return clip;
+}
+
+TEST(VideoDecoder, DeadlineStopsALongDecode) {
+  TempDir dir;
+  const auto clip = long_clip(dir);
   VideoDecodeOptions options = num_frames_options(8);
   // Opening takes a few milliseconds and decoding 500 frames far longer, so the deadline
   // passes while packets are being read or decoded (or, on a very slow machine, while opening:
@@ -699,9 +705,7 @@ TEST(VideoDecoder, DeadlineStopsALongDecode) {
 // the rest of the process.
 TEST(VideoDecoder, DecodesCutShortEndAtTheNextCheck) {
   TempDir dir;
-  const auto clip = dir / "long.mp4";
-  run_ffmpeg("-f lavfi -i testsrc2=s=320x240:r=25:d=20 -c:v libx264 -preset ultrafast " +
-             quoted(clip));
+  const auto clip = long_clip(dir);
   VideoDecodeOptions options = num_frames_options(8);
   options.timeout_s = 1e300;  // never
   EXPECT_EXIT(
