@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <system_error>
@@ -35,8 +36,10 @@ namespace {
 //   the /tmp/XXXXXX folders there were, and the supervisor, once it sees the run dead, removes
 //   the folders made since that are not in the ledger and look like an unpacking package. Loads
 //   hold the ledger's lock shared and the supervisor takes it alone, so no other run's package is
-//   being unpacked while it looks. Without a supervisor, or when the supervisor dies too, such a
-//   copy stays.
+//   being unpacked while it looks. Without a supervisor (--no-supervisor, or one that died too),
+//   the next load on the machine that finds the lock free does the same for every record whose
+//   process has ended: it tries the lock alone without waiting, because waiting would hold its
+//   own load up behind every other run's, and a copy not removed now is removed by a later load.
 constexpr const char* kLedger = "/tmp/precompute-pt2";
 
 // Whether `name` is one the loader gives its folders in /tmp: six characters (mkdtemp's XXXXXX).
@@ -76,6 +79,8 @@ void remove_folders_of_ended_runs() {
     // Alive, or not ours to ask about: kept until it has ended.
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     const std::string folder = name.substr(dot + 1);
+    // A load's record: what it unpacked is only known under the lock alone.
+    if (folder == "loading") continue;
     std::error_code ignored;
     if (loader_folder_name(folder)) {
       std::filesystem::remove_all(std::filesystem::path("/tmp") / folder, ignored);
@@ -148,6 +153,55 @@ int open_ledger_lock() {
   return ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
 }
 
+// With the ledger's lock held alone: removes what run `pid`, now ended, was unpacking when it
+// died, and its record.
+void remove_unpacking_of(int pid) {
+  const auto record = loading_record(pid);
+  std::error_code ec;
+  const auto started = std::filesystem::last_write_time(record, ec);
+  if (ec) return;  // it died loading no package
+  std::set<std::string> before;
+  {
+    std::ifstream in(record);
+    for (std::string name; std::getline(in, name);) before.insert(name);
+  }
+  std::set<std::string> named;  // folders the ledger names: loaded, and someone's
+  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto dot = name.find('.');
+    if (dot != std::string::npos && dot > 0) named.insert(name.substr(dot + 1));
+  }
+  for (const auto& name : folders_in_tmp()) {
+    if (before.count(name) > 0 || named.count(name) > 0) continue;
+    const auto folder = std::filesystem::path("/tmp") / name;
+    std::error_code time_error;
+    if (std::filesystem::last_write_time(folder, time_error) < started || time_error) continue;
+    if (!looks_unpacked(folder)) continue;
+    std::error_code ignored;
+    std::filesystem::remove_all(folder, ignored);
+  }
+  std::error_code ignored;
+  std::filesystem::remove(record, ignored);
+}
+
+// With the ledger's lock held alone: remove_unpacking_of() for every load record whose process
+// has ended.
+void remove_unpackings_of_ended_runs() {
+  std::vector<int> ended;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto dot = name.find('.');
+    if (dot == std::string::npos || dot == 0 || name.substr(dot + 1) != "loading") continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str(), &end, 10);
+    if (end != name.c_str() + dot || pid <= 0 || pid > std::numeric_limits<int>::max()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    ended.push_back(static_cast<int>(pid));
+  }
+  for (const int pid : ended) remove_unpacking_of(pid);
+}
+
 }  // namespace
 
 void forget_removed_packages() {
@@ -168,6 +222,8 @@ PackageUnpacking::PackageUnpacking() {
   make_ledger();
   lock_fd_ = open_ledger_lock();
   if (lock_fd_ >= 0) {
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0) remove_unpackings_of_ended_runs();
+    // From alone to shared, or waiting for a supervisor's clean-up to end.
     while (::flock(lock_fd_, LOCK_SH) != 0 && errno == EINTR) {
     }
   }
@@ -187,37 +243,14 @@ PackageUnpacking::~PackageUnpacking() {
 void PackageUnpacking::settle(bool keep) { settle_unpacked_folders(before_, keep); }
 
 void remove_packages_left_by(int pid) {
-  const auto record = loading_record(pid);
   std::error_code ec;
-  const auto started = std::filesystem::last_write_time(record, ec);
-  if (ec) return;  // it died loading no package
-  std::set<std::string> before;
-  {
-    std::ifstream in(record);
-    for (std::string name; std::getline(in, name);) before.insert(name);
-  }
+  if (!std::filesystem::exists(loading_record(pid), ec)) return;  // it died loading no package
   const int lock = open_ledger_lock();
   if (lock >= 0) {
     while (::flock(lock, LOCK_EX) != 0 && errno == EINTR) {
     }
   }
-  std::set<std::string> named;  // folders the ledger names: loaded, and someone's
-  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
-    const std::string name = entry.path().filename().string();
-    const auto dot = name.find('.');
-    if (dot != std::string::npos && dot > 0) named.insert(name.substr(dot + 1));
-  }
-  for (const auto& name : folders_in_tmp()) {
-    if (before.count(name) > 0 || named.count(name) > 0) continue;
-    const auto folder = std::filesystem::path("/tmp") / name;
-    std::error_code time_error;
-    if (std::filesystem::last_write_time(folder, time_error) < started || time_error) continue;
-    if (!looks_unpacked(folder)) continue;
-    std::error_code ignored;
-    std::filesystem::remove_all(folder, ignored);
-  }
-  std::error_code ignored;
-  std::filesystem::remove(record, ignored);
+  remove_unpacking_of(pid);
   if (lock >= 0) ::close(lock);
 }
 

@@ -9,9 +9,10 @@
 namespace precompute {
 
 // Around one package's load, in the loading process: removes the copies of runs that have
-// ended, records that a load is under way (for the supervisor, should the process die in it)
-// and, through settle(), what the load unpacked. Holds the ledger's lock shared, so that a
-// supervisor's clean-up never takes a folder another run is unpacking.
+// ended (and, when no other load is under way, what runs that died loading were unpacking),
+// records that a load is under way (for the supervisor, should the process die in it) and,
+// through settle(), what the load unpacked. Holds the ledger's lock shared, so that a clean-up
+// never takes a folder another run is unpacking.
 class PackageUnpacking {
  public:
   PackageUnpacking();
