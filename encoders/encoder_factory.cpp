@@ -118,6 +118,9 @@ std::vector<DeviceMemoryPeak> device_memory_peaks() {
   std::vector<DeviceMemoryPeak> peaks;
 #ifdef PRECOMPUTE_WITH_CUDA
   if (!torch::cuda::is_available()) return peaks;
+  // A run on the CPU of a machine with a GPU never starts the allocator, whose statistics then
+  // refuse every device.
+  if (!c10::cuda::CUDACachingAllocator::get()->initialized()) return peaks;
   const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   for (int d = 0; d < static_cast<int>(torch::cuda::device_count()); ++d) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d);

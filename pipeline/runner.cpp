@@ -804,7 +804,9 @@ RunSummary run_and_report(const Config& config, const RunContext& context, const
     summary.output_totals =
         output_totals(config.output.path, executed.index, written, summary.run_failures);
     summary.exit_code = context.exit_code ? context.exit_code(summary, nullptr) : 0;
+    spdlog::debug("end: the run summarised");
     report_end(config, summary, stats, metrics, /*ours=*/true, output.overwrite);
+    spdlog::debug("end: the summary and metrics written");
     return summary;
   } catch (const std::exception& error) {
     // What the run committed before the error: the index on disk.

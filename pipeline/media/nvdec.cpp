@@ -422,6 +422,8 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
 NvdecPool::~NvdecPool() { close_all(); }
 
 void NvdecPool::close_all() noexcept {
+  const auto started = std::chrono::steady_clock::now();
+  const size_t open = sessions_.size();
   std::vector<std::thread> closers;
   for (auto& session : sessions_) {
     if (!session) continue;
@@ -433,6 +435,10 @@ void NvdecPool::close_all() noexcept {
   }
   for (auto& closer : closers) closer.join();
   sessions_.clear();
+  spdlog::debug("end: {} NVDEC session(s) closed in {:.1f} ms", open,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          started)
+                    .count());
 }
 
 NvdecSession* NvdecPool::take_locked() {

@@ -29,6 +29,17 @@ EncoderPool::EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders)
   size_ = free_.size();
 }
 
+EncoderPool::~EncoderPool() {
+  const auto started = std::chrono::steady_clock::now();
+  const std::string model = encoders_.front()->info().model_file;
+  const size_t count = encoders_.size();
+  encoders_.clear();
+  spdlog::debug("end: {} encoder(s) of {} released in {:.1f} ms", count, model,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          started)
+                    .count());
+}
+
 Encoder* EncoderPool::acquire() {
   std::unique_lock lock(mutex_);
   available_.wait(lock, [&] { return !free_.empty(); });

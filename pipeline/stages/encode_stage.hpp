@@ -28,6 +28,7 @@ struct RunStats;
 class EncoderPool {
  public:
   explicit EncoderPool(std::vector<std::unique_ptr<Encoder>> encoders);
+  ~EncoderPool();  // releases the encoders, saying how long that took (debug)
 
   // Calls that can run at once.
   size_t size() const { return size_; }
