@@ -13,9 +13,9 @@
 # 4. runs tests/gpu/nvdec_parity.py on bench-data/parity (tools/bench/make_video_clips.sh parity)
 #    when that folder is there, else says it did not;
 # 5. runs tests/gpu/pt2_parity.py on the same clips: .pt2 encoders compiled for cuda;
-# 6. runs tests/gpu/export_recipes_cuda.py: the audio and torchvision export recipes compiled
-#    for cuda in float32 and float16, run by precompute on cuda, against the recipes' own
-#    modules run eagerly (audio) and the CPU package run by precompute (torchvision).
+# 6. runs tests/gpu/export_recipes_cuda.py: the audio and video export recipes compiled for
+#    cuda in float32, float16 and bfloat16, run by precompute on cuda, against the recipes' own
+#    modules run eagerly (audio) and the CPU package run by precompute on the CPU (video).
 # Logs in $OUT (default /tmp/out). Exit 1 when any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -94,7 +94,7 @@ echo "==== export recipes on cuda ===="
 # The exporter compiles with the machine's libraries; the script runs the binary with its own.
 LD_LIBRARY_PATH=$machine_library_path \
   "$python" tests/gpu/export_recipes_cuda.py --binary build-gpu/tools/cli/precompute \
-  --clips bench-data/parity --work /tmp/export-cuda \
+  --clips bench-data/parity --work /tmp/export-cuda --dtypes float32,float16,bfloat16 --jobs 8 \
   > "$OUT/export_recipes_cuda.log" 2>&1 || status=1
 grep -v '"ok": true' "$OUT/export_recipes_cuda.log" | grep '^{' | tail -n 20
 echo "export_recipes_cuda: $(grep -c '"ok": true' "$OUT/export_recipes_cuda.log") checks passed"

@@ -1,8 +1,9 @@
 """The export recipes compiled for CUDA, checked through `precompute run` (needs a GPU).
 
-`python -m precompute.export RECIPE FOLDER OUT.pt2 --device cuda --dtype D` for wav2vec2, hubert
-and whisper-encoder (random-weight models from transformers' config classes, no download) and
-torchvision resnet18 (random weights saved as a state_dict file), in each dtype of --dtypes
+`python -m precompute.export RECIPE FOLDER OUT.pt2 --device cuda --dtype D` for wav2vec2, hubert,
+whisper-encoder, clip-vision, siglip-vision and videomae (random-weight models from transformers'
+config classes, tools/scripts/tiny_*_models.py, no download) and torchvision resnet18 (random
+weights saved as a state_dict file), in each dtype of --dtypes
 (float32, float16, bfloat16). The packages are loaded the way users load them, by `precompute
 run` on cuda (PyTorch 2.11's own Python loader, torch._inductor.aoti_load_package, crashes on
 CUDA packages, so it is not the reference here):
@@ -16,13 +17,16 @@ CUDA packages, so it is not the reference here):
   another, as HuBERT's do). Whisper's package computes its log-mel front end with
   PyTorch's STFT, which AOTInductor calls as an ATen kernel: this is where CUDA could differ from
   the CPU, which tests/python/test_export_audio_recipes.py covers.
-* torchvision: the clips of --clips (tools/bench/make_video_clips.sh parity) through the cuda
-  package must store what the same recipe compiled for the CPU stores on the CPU (which
-  tests/python/test_export_torchvision.py checks against the eager model), frame by frame, less
-  the mean frame vector (a random network's features are otherwise alike across clips).
+* video (torchvision, clip-vision, siglip-vision, videomae): the clips of --clips
+  (tools/bench/make_video_clips.sh parity) through the cuda package must store what the same
+  recipe compiled for the CPU stores on the CPU (which tests/python/test_export_torchvision.py
+  and test_export_recipes.py check against the eager model), frame by frame (VideoMAE: clip by
+  clip), less the mean row (a random network's features are otherwise alike across clips), with
+  the audio check's cosines, while the clips' first rows stay apart. The CPU run happens on the
+  GPU machine, so it also checks that a run on the CPU there ends well.
 
 Prints one JSON line per check; exit 1 when any fails. --device cpu runs the same checks with
-packages compiled for the CPU (the torchvision one then compares the CPU package with itself),
+packages compiled for the CPU (the video ones then compare a CPU package with itself),
 to try the script where there is no GPU. Usage (from the repository root; the binary's
 libraries come from its build's precompute-env.sh):
 
@@ -53,6 +57,7 @@ sys.path.insert(0, str(ROOT / "tools" / "bench"))
 from precompute.export import DTYPES, RECIPES  # noqa: E402
 from precompute_run import binary_env  # noqa: E402
 from tiny_audio_models import tiny_audio_folder  # noqa: E402
+from tiny_vision_models import RECIPES as TINY_VISION, tiny_vision_folder  # noqa: E402
 
 # bfloat16 keeps 8 bits of mantissa against float16's 11: its rows sit further from float32's.
 MIN_COSINE = {"float32": 0.9999, "float16": 0.999, "bfloat16": 0.99}
@@ -179,43 +184,67 @@ def audio_check(args, recipe: str, dtype: str, package: Path, source: str) -> di
             "ok": bool(cos.min() >= MIN_COSINE[dtype] and nearest < 1.0)}
 
 
-def cpu_reference(args) -> Path:
-    return args.work / "torchvision-cpu-float32.pt2"
+VIDEO_RECIPES = ("torchvision", *TINY_VISION)
 
 
-def torchvision_check(args, dtype: str, package: Path, weights: Path) -> dict:
+def source_of(args, recipe: str):
+    """The recipe's model (a folder made here, or torchvision's name) and its extra arguments."""
+    if recipe == "torchvision":
+        weights = args.work / "resnet18.pth"
+        if not weights.exists():
+            import torchvision
+            torch.manual_seed(0)
+            torch.save(torchvision.models.resnet18().state_dict(), weights)
+        return "resnet18", ["--weights", str(weights)]
+    folder = args.work / recipe
+    if not (folder / "config.json").exists():
+        if recipe in TINY_VISION:
+            tiny_vision_folder(recipe, folder)
+        else:
+            tiny_audio_folder(recipe, folder, width=64)
+    return str(folder), []
+
+
+def cpu_reference(args, recipe: str) -> Path:
+    return args.work / f"{recipe}-cpu-float32.pt2"
+
+
+def video_check(args, recipe: str, dtype: str, package: Path) -> dict:
     clips = sorted(c.resolve() for c in args.clips.glob("*.mp4") if "444" not in c.name)[:6]
     if not clips:
         return {"ok": False, "error": f"no clips in {args.clips}"}
     samples = [{"id": c.stem, "video": str(c)} for c in clips]
-    cpu_package = cpu_reference(args)
+    cpu_package = cpu_reference(args, recipe)
     if not cpu_package.exists():
-        r, _ = export("torchvision", "resnet18", cpu_package, "cpu", "float32",
-                      ["--weights", str(weights)])
+        source, extra = source_of(args, recipe)
+        r, _ = export(recipe, source, cpu_package, "cpu", "float32", extra)
         if r.returncode != 0:
             return {"ok": False, "error": "cpu export: " + r.stderr[-1500:]}
     # Every frame's row (pooling none): frames of different clips are further apart than the
-    # clips' means, so the measure can fail in float16 too.
-    body = {"sampling": {"fps": 1}, "pooling": "none", "decoder": "cpu"}
-    on_cuda = run(args.binary, args.work, f"torchvision-{dtype}", samples, "video",
+    # clips' means, so the measure can fail in float16 too. VideoMAE's clips layout gives one
+    # row a clip (its sampling comes from the package; pooling: model keeps the model's vector).
+    body = {"pooling": "model", "decoder": "cpu"} if recipe == "videomae" else \
+        {"sampling": {"fps": 1}, "pooling": "none", "decoder": "cpu"}
+    on_cuda = run(args.binary, args.work, f"{recipe}-{dtype}", samples, "video",
                   {**body, "encoder": {"path": str(package)}, "dtype": dtype}, args.device)
-    on_cpu = run(args.binary, args.work, "torchvision-cpu", samples, "video",
+    on_cpu = run(args.binary, args.work, f"{recipe}-cpu", samples, "video",
                  {**body, "encoder": {"path": str(cpu_package)}, "dtype": "float32"}, "cpu")
     if on_cuda.returncode or on_cpu.returncode:
         failed = on_cuda if on_cuda.returncode else on_cpu  # the first run that failed
         return {"ok": False, "exits": [on_cuda.returncode, on_cpu.returncode],
                 "error": failed.stderr[-1500:]}
-    a = stored(args.work / f"torchvision-{dtype}", "video")
-    b = stored(args.work / "torchvision-cpu", "video")
+    a = stored(args.work / f"{recipe}-{dtype}", "video")
+    b = stored(args.work / f"{recipe}-cpu", "video")
     keys = sorted(b)
     if sorted(a) != keys or any(a[k].shape != b[k].shape for k in keys):
         return {"ok": False, "ids": [sorted(a), keys]}
-    got, expected = np.concatenate([a[k] for k in keys]), np.concatenate([b[k] for k in keys])
-    # A random ResNet's features of natural frames all point one way (cosine 0.999 between
-    # clips), so the rows are compared less their mean: what tells frames apart.
+    got = np.concatenate([np.atleast_2d(a[k]) for k in keys])
+    expected = np.concatenate([np.atleast_2d(b[k]) for k in keys])
+    # A random network's features of natural frames all point one way (cosine 0.999 between
+    # clips for ResNet-18), so the rows are compared less their mean: what tells frames apart.
     mean = expected.mean(0, keepdims=True)
     cos = cosines(got - mean, expected - mean)
-    firsts = np.stack([b[k][0] for k in keys]) - mean
+    firsts = np.stack([np.atleast_2d(b[k])[0] for k in keys]) - mean
     across = cosines(np.repeat(firsts[:1], len(keys) - 1, 0), firsts[1:])
     return {"clips": len(keys), "rows": len(got), "min_cosine": round(float(cos.min()), 7),
             "max_cosine_across_clips": round(float(across.max()), 5),
@@ -229,7 +258,8 @@ def main() -> int:
     p.add_argument("--clips", type=Path, default=ROOT / "bench-data" / "parity",
                    help="video clips for the torchvision recipe")
     p.add_argument("--work", type=Path, default=Path("/tmp/export-cuda"))
-    p.add_argument("--recipes", default="wav2vec2,hubert,whisper-encoder,torchvision")
+    p.add_argument("--recipes", default="wav2vec2,hubert,whisper-encoder,torchvision,"
+                   "clip-vision,siglip-vision,videomae")
     p.add_argument("--device", default="cuda", help="cpu: the same checks without a GPU")
     p.add_argument("--dtypes", default="float32,float16")
     p.add_argument("--jobs", type=int, default=4, help="exports compiled at once")
@@ -238,39 +268,39 @@ def main() -> int:
     # Compiling is most of the time and each export is one process: they run side by side, the
     # checks (one GPU run each) one after another.
     exports = []
-    for recipe in args.recipes.split(","):
-        if recipe == "torchvision":
-            weights = args.work / "resnet18.pth"
-            if not weights.exists():
-                import torchvision
-                torch.manual_seed(0)
-                torch.save(torchvision.models.resnet18().state_dict(), weights)
-            source, extra = "resnet18", ["--weights", str(weights)]
-        else:
-            source, extra = str(args.work / recipe), []
-            if not (args.work / recipe / "config.json").exists():
-                tiny_audio_folder(recipe, args.work / recipe, width=64)
+    recipes = args.recipes.split(",")
+    for recipe in recipes:
+        source, extra = source_of(args, recipe)
         for dtype in args.dtypes.split(","):
             exports.append((recipe, dtype, source, extra, args.work / f"{recipe}-{dtype}.pt2"))
+    # Each check runs as soon as its package is made, so a check cut short by a time limit still
+    # leaves the lines of those before it.
+    failed = 0
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        # The video checks' references, compiled for the CPU (video_check).
+        references = {}
+        for recipe in recipes:
+            if recipe in VIDEO_RECIPES and not cpu_reference(args, recipe).exists():
+                source, extra = source_of(args, recipe)
+                references[recipe] = pool.submit(export, recipe, source,
+                                                 cpu_reference(args, recipe), "cpu", "float32",
+                                                 extra)
         done = [pool.submit(export, recipe, source, package, args.device, dtype, extra)
                 for recipe, dtype, source, extra, package in exports]
-        # The torchvision checks' reference, compiled for the CPU (torchvision_check).
-        if "torchvision" in args.recipes.split(",") and not cpu_reference(args).exists():
-            pool.submit(export, "torchvision", "resnet18", cpu_reference(args), "cpu", "float32",
-                        ["--weights", str(args.work / "resnet18.pth")])
-    failed = 0
-    for (recipe, dtype, source, extra, package), future in zip(exports, done):
-        r, compile_s = future.result()
-        check = {"recipe": recipe, "device": args.device, "dtype": dtype, "compile_s": compile_s}
-        if r.returncode != 0:
-            check.update(ok=False, error=r.stderr[-1500:])
-        elif recipe == "torchvision":
-            check.update(torchvision_check(args, dtype, package, args.work / "resnet18.pth"))
-        else:
-            check.update(audio_check(args, recipe, dtype, package, source))
-        failed += not check["ok"]
-        print(json.dumps(check), flush=True)
+        for (recipe, dtype, source, extra, package), future in zip(exports, done):
+            r, compile_s = future.result()
+            check = {"recipe": recipe, "device": args.device, "dtype": dtype,
+                     "compile_s": compile_s}
+            if r.returncode != 0:
+                check.update(ok=False, error=r.stderr[-1500:])
+            elif recipe in VIDEO_RECIPES:
+                if recipe in references:
+                    references[recipe].result()
+                check.update(video_check(args, recipe, dtype, package))
+            else:
+                check.update(audio_check(args, recipe, dtype, package, source))
+            failed += not check["ok"]
+            print(json.dumps(check), flush=True)
     print(json.dumps({"checks_failed": failed}))
     return 1 if failed else 0
 

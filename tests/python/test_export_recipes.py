@@ -15,36 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, colour_clip, read_output, run_precompute, write_manifest
-
-SIZE = 32
-
-
-def tiny_folder(recipe: str, folder: Path):
-    """A random-weight model of the recipe's family, saved with its preprocessor config."""
-    import torch
-    torch.manual_seed(0)
-    common = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=2, image_size=SIZE, patch_size=8)
-    if recipe == "clip-vision":
-        from transformers import CLIPVisionConfig, CLIPVisionModel
-        model = CLIPVisionModel(CLIPVisionConfig(**common))
-        processor = {"crop_size": {"height": SIZE, "width": SIZE}, "do_center_crop": True,
-                     "size": {"shortest_edge": SIZE}, "image_mean": [0.48, 0.46, 0.41],
-                     "image_std": [0.27, 0.26, 0.28]}
-    elif recipe == "siglip-vision":
-        from transformers import SiglipVisionConfig, SiglipVisionModel
-        model = SiglipVisionModel(SiglipVisionConfig(**common))
-        processor = {"size": {"height": SIZE, "width": SIZE}, "image_mean": [0.5] * 3,
-                     "image_std": [0.5] * 3}
-    else:
-        from transformers import VideoMAEConfig, VideoMAEModel
-        model = VideoMAEModel(VideoMAEConfig(**common, num_frames=4, tubelet_size=2))
-        processor = {"crop_size": {"height": SIZE, "width": SIZE}, "do_center_crop": True,
-                     "size": {"shortest_edge": SIZE}, "image_mean": [0.45, 0.45, 0.45],
-                     "image_std": [0.22, 0.22, 0.22]}
-    model.eval().save_pretrained(folder)
-    (folder / "preprocessor_config.json").write_text(json.dumps(processor))
-    return model
+from tiny_vision_models import SIZE, tiny_vision_folder as tiny_folder
 
 
 def export(recipe: str, folder: Path, out: Path) -> subprocess.CompletedProcess:
