@@ -16,6 +16,7 @@ extern "C" {
 #include <stdexcept>
 #include <utility>
 
+#include "pipeline/core/seconds_since.hpp"
 #include "pipeline/media/ffmpeg_common.hpp"
 #include "pipeline/media/gpu_rgb_kernel.hpp"
 #include "pipeline/media/kept_decoder.hpp"
@@ -436,9 +437,7 @@ void NvdecPool::close_all() noexcept {
   for (auto& closer : closers) closer.join();
   sessions_.clear();
   spdlog::debug("end: {} NVDEC session(s) closed in {:.1f} ms", open,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                          started)
-                    .count());
+                1000.0 * seconds_since(started));
 }
 
 NvdecSession* NvdecPool::take_locked() {

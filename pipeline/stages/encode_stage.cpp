@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "pipeline/core/error.hpp"
+#include "pipeline/core/seconds_since.hpp"
 #include "pipeline/run_stats.hpp"
 #include "pipeline/stages/batch_router.hpp"
 
@@ -35,9 +36,7 @@ EncoderPool::~EncoderPool() {
   const size_t count = encoders_.size();
   encoders_.clear();
   spdlog::debug("end: {} encoder(s) of {} released in {:.1f} ms", count, model,
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                          started)
-                    .count());
+                1000.0 * seconds_since(started));
 }
 
 Encoder* EncoderPool::acquire() {
