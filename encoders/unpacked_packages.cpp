@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <system_error>
@@ -66,26 +67,38 @@ std::vector<std::filesystem::path> unpacked_folders() {
   return found;
 }
 
+// A ledger entry's name, "<pid>.<what>": a loaded folder's name, or "loading".
+struct LedgerEntry {
+  pid_t pid = 0;
+  std::string what;
+};
+
+std::optional<LedgerEntry> ledger_entry(const std::string& name) {
+  const auto dot = name.find('.');
+  if (dot == std::string::npos || dot == 0) return std::nullopt;
+  char* end = nullptr;
+  const long pid = std::strtol(name.c_str(), &end, 10);
+  if (end != name.c_str() + dot || pid <= 0 || pid > std::numeric_limits<pid_t>::max()) {
+    return std::nullopt;
+  }
+  return LedgerEntry{static_cast<pid_t>(pid), name.substr(dot + 1)};
+}
+
+// Whether `pid` has ended. One alive, or not ours to ask about, is kept until it has.
+bool has_ended(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
 // Removes the folders of ledger entries whose process has ended, and those entries.
 void remove_folders_of_ended_runs() {
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
-    const std::string name = entry.path().filename().string();
-    const auto dot = name.find('.');
-    if (dot == std::string::npos || dot == 0) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str(), &end, 10);
-    if (end != name.c_str() + dot || pid <= 0) continue;
-    // Alive, or not ours to ask about: kept until it has ended.
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    const std::string folder = name.substr(dot + 1);
+  for (const auto& file : std::filesystem::directory_iterator(kLedger, ec)) {
+    const auto entry = ledger_entry(file.path().filename().string());
     // A load's record: what it unpacked is only known under the lock alone.
-    if (folder == "loading") continue;
+    if (!entry || entry->what == "loading" || !has_ended(entry->pid)) continue;
     std::error_code ignored;
-    if (loader_folder_name(folder)) {
-      std::filesystem::remove_all(std::filesystem::path("/tmp") / folder, ignored);
+    if (loader_folder_name(entry->what)) {
+      std::filesystem::remove_all(std::filesystem::path("/tmp") / entry->what, ignored);
     }
-    std::filesystem::remove(entry.path(), ignored);
+    std::filesystem::remove(file.path(), ignored);
   }
 }
 
@@ -166,10 +179,10 @@ void remove_unpacking_of(int pid) {
     for (std::string name; std::getline(in, name);) before.insert(name);
   }
   std::set<std::string> named;  // folders the ledger names: loaded, and someone's
-  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
-    const std::string name = entry.path().filename().string();
-    const auto dot = name.find('.');
-    if (dot != std::string::npos && dot > 0) named.insert(name.substr(dot + 1));
+  for (const auto& file : std::filesystem::directory_iterator(kLedger, ec)) {
+    if (const auto entry = ledger_entry(file.path().filename().string())) {
+      named.insert(entry->what);
+    }
   }
   for (const auto& name : folders_in_tmp()) {
     if (before.count(name) > 0 || named.count(name) > 0) continue;
@@ -187,19 +200,13 @@ void remove_unpacking_of(int pid) {
 // With the ledger's lock held alone: remove_unpacking_of() for every load record whose process
 // has ended.
 void remove_unpackings_of_ended_runs() {
-  std::vector<int> ended;
+  std::vector<pid_t> ended;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(kLedger, ec)) {
-    const std::string name = entry.path().filename().string();
-    const auto dot = name.find('.');
-    if (dot == std::string::npos || dot == 0 || name.substr(dot + 1) != "loading") continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str(), &end, 10);
-    if (end != name.c_str() + dot || pid <= 0 || pid > std::numeric_limits<int>::max()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    ended.push_back(static_cast<int>(pid));
+  for (const auto& file : std::filesystem::directory_iterator(kLedger, ec)) {
+    const auto entry = ledger_entry(file.path().filename().string());
+    if (entry && entry->what == "loading" && has_ended(entry->pid)) ended.push_back(entry->pid);
   }
-  for (const int pid : ended) remove_unpacking_of(pid);
+  for (const pid_t pid : ended) remove_unpacking_of(pid);
 }
 
 }  // namespace
