@@ -45,6 +45,7 @@ import wave
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Optional
 
 import h5py
 import numpy as np
@@ -209,15 +210,16 @@ def cpu_reference(args, recipe: str) -> Path:
     return args.work / f"{recipe}-cpu-float32.pt2"
 
 
-def video_check(args, recipe: str, dtype: str, package: Path) -> dict:
+def video_check(args, recipe: str, dtype: str, package: Path,
+                reference: Optional[concurrent.futures.Future]) -> dict:
+    """`reference`: the export of cpu_reference() under way, or None where it was made before."""
     clips = sorted(c.resolve() for c in args.clips.glob("*.mp4") if "444" not in c.name)[:6]
     if not clips:
         return {"ok": False, "error": f"no clips in {args.clips}"}
     samples = [{"id": c.stem, "video": str(c)} for c in clips]
     cpu_package = cpu_reference(args, recipe)
-    if not cpu_package.exists():
-        source, extra = source_of(args, recipe)
-        r, _ = export(recipe, source, cpu_package, "cpu", "float32", extra)
+    if reference is not None:
+        r, _ = reference.result()
         if r.returncode != 0:
             return {"ok": False, "error": "cpu export: " + r.stderr[-1500:]}
     # Every frame's row (pooling none): frames of different clips are further apart than the
@@ -267,12 +269,10 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     # Compiling is most of the time and each export is one process: they run side by side, the
     # checks (one GPU run each) one after another.
-    exports = []
     recipes = args.recipes.split(",")
-    for recipe in recipes:
-        source, extra = source_of(args, recipe)
-        for dtype in args.dtypes.split(","):
-            exports.append((recipe, dtype, source, extra, args.work / f"{recipe}-{dtype}.pt2"))
+    sources = {recipe: source_of(args, recipe) for recipe in recipes}
+    exports = [(recipe, dtype, *sources[recipe], args.work / f"{recipe}-{dtype}.pt2")
+               for recipe in recipes for dtype in args.dtypes.split(",")]
     # Each check runs as soon as its package is made, so a check cut short by a time limit still
     # leaves the lines of those before it.
     failed = 0
@@ -281,7 +281,7 @@ def main() -> int:
         references = {}
         for recipe in recipes:
             if recipe in VIDEO_RECIPES and not cpu_reference(args, recipe).exists():
-                source, extra = source_of(args, recipe)
+                source, extra = sources[recipe]
                 references[recipe] = pool.submit(export, recipe, source,
                                                  cpu_reference(args, recipe), "cpu", "float32",
                                                  extra)
@@ -294,9 +294,7 @@ def main() -> int:
             if r.returncode != 0:
                 check.update(ok=False, error=r.stderr[-1500:])
             elif recipe in VIDEO_RECIPES:
-                if recipe in references:
-                    references[recipe].result()
-                check.update(video_check(args, recipe, dtype, package))
+                check.update(video_check(args, recipe, dtype, package, references.get(recipe)))
             else:
                 check.update(audio_check(args, recipe, dtype, package, source))
             failed += not check["ok"]
