@@ -4,8 +4,8 @@ PyNvVideoCodec, same clips, same model, same run (tools/bench/run_gpu_video_benc
 Workload (the issue's): every clip of --clips repeated --copies times (8 x 100 = 800 clips),
 sampled at 1 frame per second (fps1; fpsN: N frames a second) or 4 frames spread over the clip (nf4),
 each frame resized to
-224x224 and normalised, ResNet-50 (random weights, fp16, torchvision's, TorchScript) on one GPU,
-frames mean-pooled per clip. precompute writes its HDF5 shards; the peer keeps its vectors in
+224x224 and normalised, ResNet-50 (--model: or ViT-B/16, ViT-L/16; random weights, fp16,
+torchvision's, TorchScript) on one GPU, frames mean-pooled per clip. precompute writes its HDF5 shards; the peer keeps its vectors in
 memory (it does less).
 
 Figures, each the median of --runs runs: clips/s over the whole process (start to exit: loading,
@@ -16,7 +16,9 @@ decoded.
 The peer: PyNvVideoCodec 2.2 (NVDEC through NVIDIA's own bindings), one SimpleDecoder per thread
 reused across files (reconfigure_decoder), --peer-threads threads, frames fetched by index in one
 batch per clip, as RGB planar in device memory; resized on the GPU (bilinear, antialiased) and
-embedded by the same model in fp16. It is the strongest peer measured on this machine.
+embedded by the same model in fp16, a forward pass a clip or (--peer-batch) batched across
+clips, as a heavy encoder needs. It is the strongest peer measured on this machine. --alone
+times the model alone on random batches: the encoder's bound.
 
 Prints one JSON line per measurement and a table; writes $OUT/video_bench.json.
 """
@@ -36,17 +38,25 @@ from text_scale import child_cpu_seconds
 WORK = Path("/tmp/video-bench")
 
 
-def export_model(work: Path = WORK) -> Path:
-    """ResNet-50 with random weights and no classifier, traced, in `work` (made once)."""
-    path = work / "r50.pt"
+MODELS = ("resnet50", "vit_b_16", "vit_l_16")  # torchvision's, per frame at 224x224
+
+
+def export_model(work: Path = WORK, name: str = "resnet50") -> Path:
+    """A torchvision model (MODELS) with random weights and no classifier, traced, in `work`
+    (made once)."""
+    path = work / ("r50.pt" if name == "resnet50" else f"{name}.pt")
     if not path.exists():
         import torch
         import torchvision
         torch.manual_seed(0)
-        m = torchvision.models.resnet50()
-        m.fc = torch.nn.Identity()
+        m = getattr(torchvision.models, name)()
+        if name == "resnet50":
+            m.fc = torch.nn.Identity()
+        else:
+            m.heads = torch.nn.Identity()
         m.eval()
-        torch.jit.trace(m, torch.randn(2, 3, 224, 224)).save(str(path))
+        with torch.no_grad():
+            torch.jit.trace(m, torch.randn(2, 3, 224, 224)).save(str(path))
     return path
 
 
@@ -116,11 +126,12 @@ def time_precompute(binary: Path, model: Path, files: list, sampling: str, decod
 
 
 PEER = r'''
-import json, sys, threading, time, concurrent.futures as cf
+import json, queue, sys, threading, time, concurrent.futures as cf
 import torch, torch.nn.functional as F
 import PyNvVideoCodec as nvc
 model, listing, sampling, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-decode_only = len(sys.argv) > 5 and sys.argv[5] == "decode-only"
+decode_only = sys.argv[5] == "decode-only"
+batch = int(sys.argv[6])  # frames a forward pass across clips; 0: one pass a clip
 files = open(listing).read().split("\n")[:-1]
 if not decode_only:
     net = torch.jit.load(model).cuda().half().eval()
@@ -157,18 +168,65 @@ def one(path):
         return x.shape[0]
     with torch.inference_mode():
         x = F.interpolate(x.float(), size=(224, 224), mode="bilinear", antialias=True)
-        v = net(((x - mean) / std).half()).mean(0).float().cpu()
+        x = ((x - mean) / std).half()
+        if batch:
+            pending.put(x)
+        else:
+            net(x).mean(0).float().cpu()
     return x.shape[0]
 
+# With --peer-batch the decode threads queue their clips' frames and one thread runs the model
+# on batches of that many frames across clips, each clip's rows pooled and copied back.
+pending = queue.Queue(maxsize=64)
+def encode_across_clips():
+    held, count = [], 0
+    with torch.inference_mode():
+        while True:
+            x = pending.get()
+            if x is not None:
+                held.append(x)
+                count += x.shape[0]
+            if held and (count >= batch or x is None):
+                rows = torch.cat([net(b) for b in torch.cat(held).split(batch)])
+                [v.mean(0).float().cpu() for v in rows.split([h.shape[0] for h in held])]
+                held, count = [], 0
+            if x is None:
+                return
+
+encoder = threading.Thread(target=encode_across_clips) if batch else None
 t = time.perf_counter()
+if encoder:
+    encoder.start()
 with cf.ThreadPoolExecutor(threads) as ex:
     frames = sum(ex.map(one, files))
+if encoder:
+    pending.put(None)
+    encoder.join()
+torch.cuda.synchronize()
 print(json.dumps({"run_s": time.perf_counter() - t, "frames": frames}))
+'''
+
+# The model alone on random batches in device memory: the encoder's own bound.
+ALONE = r'''
+import json, sys, time
+import torch
+net = torch.jit.load(sys.argv[1]).cuda().half().eval()
+batch, passes = int(sys.argv[2]), 40
+x = torch.randn(batch, 3, 224, 224, device="cuda").half()
+with torch.inference_mode():
+    for _ in range(3):
+        net(x)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(passes):
+        net(x)
+    torch.cuda.synchronize()
+print(json.dumps({"img_per_s": passes * batch / (time.perf_counter() - t), "batch": batch}))
 '''
 
 
 def run_peer(model: Path, files: list, sampling: str, threads: int,
-             decode_only: bool = False) -> dict:
+             decode_only: bool = False, batch: int = 0) -> dict:
     listing = WORK / "peer-files.txt"
     listing.write_text("".join(f"{f}\n" for f in files))
     script = WORK / "peer_pynvc.py"
@@ -176,7 +234,7 @@ def run_peer(model: Path, files: list, sampling: str, threads: int,
     before = os.times()
     t = time.perf_counter()
     r = subprocess.run([sys.executable, str(script), str(model), str(listing), sampling,
-                        str(threads)] + (["decode-only"] if decode_only else []),
+                        str(threads), "decode-only" if decode_only else "model", str(batch)],
                        capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - t
     cpu_s = child_cpu_seconds(before)
@@ -185,6 +243,17 @@ def run_peer(model: Path, files: list, sampling: str, threads: int,
     got = json.loads(r.stdout.strip().splitlines()[-1])
     return {"clips": len(files), "whole_s": wall, "run_s": got["run_s"], "frames": got["frames"],
             "cpu_s": cpu_s}
+
+
+def model_alone(model: Path, batch: int) -> float:
+    """Images a second of the model alone on random batches of `batch` in device memory."""
+    script = WORK / "model_alone.py"
+    script.write_text(ALONE)
+    r = subprocess.run([sys.executable, str(script), str(model), str(batch)],
+                       capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(f"the model alone: exit {r.returncode}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])["img_per_s"]
 
 
 def main() -> int:
@@ -212,6 +281,14 @@ def main() -> int:
     ap.add_argument("--peer-decode-only", action="store_true",
                     help="the peer decodes the sampled frames to RGB on the GPU and stops there "
                          "(no resize, no model): to compare with decode_bench's NVDEC alone")
+    ap.add_argument("--model", choices=MODELS, default="resnet50",
+                    help="torchvision's, random weights, per frame (the peer runs the same)")
+    ap.add_argument("--peer-batch", type=int, default=0,
+                    help="frames a forward pass in the peer, batched across clips (0: one pass "
+                         "a clip); 256 is the heavy-encoder loop")
+    ap.add_argument("--alone", type=int, default=0, metavar="BATCH",
+                    help="also time the model alone on random batches of BATCH frames, --runs "
+                         "times: the encoder's bound")
     ap.add_argument("--log-level", default="info", help="precompute's (debug: time per file)")
     ap.add_argument("--video-json", default="{}", help="more video keys, e.g. '{\"seek\": false}'")
     ap.add_argument("--one-run-modes", default="nvdec,cpu",
@@ -224,7 +301,7 @@ def main() -> int:
     args.binary = list(firsts.values())
     WORK.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    model = export_model()
+    model = export_model(name=args.model)
     files = clip_list(args.clips.resolve(), args.copies)
     device_sets = [s.split(",") for s in args.devices.split(";") if s]
     one_run = set(args.one_run_modes.split(",")) if args.one_run_modes else set()
@@ -232,7 +309,8 @@ def main() -> int:
     failed = 0
 
     def record(who: str, sampling: str, runs: list) -> None:
-        row = {"who": who, "sampling": sampling, "clips": runs[0]["clips"], "runs": len(runs),
+        row = {"who": who, "model": args.model, "sampling": sampling, "clips": runs[0]["clips"],
+               "runs": len(runs),
                "whole_clips_per_s": round(statistics.median(r["clips"] / r["whole_s"]
                                                             for r in runs), 2),
                "run_clips_per_s": round(statistics.median(r["clips"] / r["run_s"]
@@ -250,13 +328,23 @@ def main() -> int:
                                                                   "cpu_decodes_at_once")}}),
               flush=True)
 
+    if args.alone:
+        rates = [model_alone(model, args.alone) for _ in range(args.runs)]
+        row = {"who": f"{args.model} alone, batches of {args.alone}", "runs": len(rates),
+               "img_per_s": round(statistics.median(rates), 1),
+               "each": [round(r, 1) for r in rates]}
+        results.append(row)
+        print(json.dumps(row), flush=True)
+
     for sampling in args.samplings.split(","):
         if not args.no_peer:
             try:
                 record(f"PyNvVideoCodec {args.peer_threads} threads"
-                       + (", decode only" if args.peer_decode_only else ""), sampling,
+                       + (", decode only" if args.peer_decode_only else "")
+                       + (f", batches of {args.peer_batch}" if args.peer_batch else ""), sampling,
                        [run_peer(model, files, sampling, args.peer_threads,
-                                 args.peer_decode_only) for _ in range(args.runs)])
+                                 args.peer_decode_only, args.peer_batch)
+                        for _ in range(args.runs)])
             except Exception as e:  # the table says what failed; the rest still runs
                 failed += 1
                 print(json.dumps({"who": "PyNvVideoCodec", "sampling": sampling,
@@ -310,6 +398,9 @@ def main() -> int:
     print(f"\n{'who':44} {'sampling':8} {'runs':>4} {'whole clips/s':>14} {'run clips/s':>12} "
           f"{'CPU ms/clip':>12}")
     for r in results:
+        if "img_per_s" in r:
+            print(f"{r['who']:44} {r['img_per_s']} img/s")
+            continue
         print(f"{r['who']:44} {r['sampling']:8} {r['runs']:>4} {r['whole_clips_per_s']:>14} "
               f"{r['run_clips_per_s']:>12} {r.get('cpu_ms_per_clip') or '-':>12}")
     return 1 if failed else 0
