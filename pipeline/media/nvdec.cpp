@@ -8,6 +8,7 @@ extern "C" {
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <future>
 #include <string>
@@ -420,7 +421,33 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
   free_count_.store(static_cast<int>(free_.size()), std::memory_order_relaxed);
 }
 
-NvdecPool::~NvdecPool() { close_all(); }
+// Note [Sessions left to the process's exit]
+// Closing a GPU's sessions takes the driver about half a second at the end of a run, side by
+// side or not (14 sessions: docs/benchmarks.md, "The end of a run"): each kept decoder's
+// surfaces are freed and its NVDEC decoder destroyed under the context's lock. The CLI's run
+// ends its process right after, with _Exit (Note [Leaving without tearing down] in
+// tools/cli/main.cpp), and the process's exit takes the device's context, and with it every
+// session, back at once. So a run started by the CLI leaves its sessions open: nothing of theirs
+// is unwritten (a session holds frames, never output), and the run's summary is written before.
+// Everything else (tests, doctor, a process under a sanitizer, whose leak check runs at exit)
+// closes them.
+namespace {
+std::atomic<bool> g_sessions_left_to_exit{false};
+}  // namespace
+
+void NvdecPool::leave_sessions_to_process_exit() {
+  g_sessions_left_to_exit.store(true, std::memory_order_relaxed);
+}
+
+NvdecPool::~NvdecPool() {
+  if (g_sessions_left_to_exit.load(std::memory_order_relaxed)) {
+    const size_t open = sessions_.size();
+    for (auto& session : sessions_) static_cast<void>(session.release());
+    spdlog::debug("end: {} NVDEC session(s) left to the process's exit", open);
+    return;
+  }
+  close_all();
+}
 
 void NvdecPool::close_all() noexcept {
   const auto started = std::chrono::steady_clock::now();

@@ -123,6 +123,11 @@ class NvdecPool {
   bool any_free() const { return free_count_.load(std::memory_order_relaxed) > 0; }
 
   int size() const { return static_cast<int>(sessions_.size()); }
+
+  // From now on a pool ends without closing its sessions: the process leaves without tearing
+  // down, and its exit takes them back (Note [Sessions left to the process's exit] in
+  // nvdec.cpp). Only for a process that ends soon after its pools do.
+  static void leave_sessions_to_process_exit();
   // "28 NVDEC session(s) on cuda:0, cuda:1 (two per engine)"
   std::string describe() const;
 

@@ -48,7 +48,7 @@ def export_models(work: Path) -> None:
 
 
 def run(binary: Path, work: Path, name: str, clips: list, model: str, decoder: str,
-        pooling: str, normalise: bool) -> dict:
+        pooling: str, normalise: bool, log_level: str = "info") -> dict:
     out = work / name
     manifest = work / "manifest.jsonl"
     manifest.write_text("".join(json.dumps({"id": c.stem, "video": str(c)}) + "\n"
@@ -65,11 +65,12 @@ def run(binary: Path, work: Path, name: str, clips: list, model: str, decoder: s
     config_path = work / f"{name}.yaml"
     config_path.write_text(json.dumps(config))
     r = subprocess.run([str(binary), "run", "--config", str(config_path), "--progress-interval",
-                        "0"], capture_output=True, text=True, timeout=600)
+                        "0", "--log-level", log_level], capture_output=True, text=True,
+                       timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"{name}: exit {r.returncode}\n{r.stderr[-3000:]}")
     summary = [ln for ln in r.stderr.splitlines() if "done:" in ln]
-    result = {"summary": summary[-1] if summary else "", "samples": {}}
+    result = {"summary": summary[-1] if summary else "", "samples": {}, "log": r.stderr}
     for shard in json.loads((out / "index.json").read_text())["shards"]:
         with h5py.File(out / shard["file"], "r") as f:
             g = f["video"]
@@ -109,10 +110,16 @@ def main() -> int:
         failed += not ok
         print(json.dumps({"check": name, "ok": bool(ok), **details}), flush=True)
 
-    runs = {d: run(args.binary, args.work, f"pixels_{d}", clips, "pixels.pt", d, "none", False)
+    runs = {d: run(args.binary, args.work, f"pixels_{d}", clips, "pixels.pt", d, "none", False,
+                   "debug" if d == "nvdec" else "info")
             for d in ("cpu", "nvdec", "auto")}
     for d in ("nvdec", "auto"):
         check(f"{d}: summary", True, summary=runs[d]["summary"])
+    # Note [Sessions left to the process's exit]: the CLI's run leaves its 2 sessions open.
+    ends = [ln.split("] ")[-1] for ln in runs["nvdec"]["log"].splitlines()
+            if "end:" in ln and "NVDEC session(s)" in ln]
+    check("nvdec: the run leaves its sessions to the process's exit",
+          ends == ["end: 2 NVDEC session(s) left to the process's exit"], end_lines=ends)
     on_nvdec = number(r"(\d+) clip\(s\) on NVDEC", runs["nvdec"]["summary"])
     fallbacks = number(r"(\d+) more given to NVDEC fell back", runs["nvdec"]["summary"])
     check("nvdec: every clip on NVDEC but the 4:4:4 one, which falls back",

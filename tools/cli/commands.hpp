@@ -17,6 +17,11 @@ using CommandFn = std::function<int()>;
 // The exit code a command ends with after `error` (README, "Exit codes"; main.cpp).
 int exit_code_for(const Error& error);
 
+// Whether the process runs its exit handlers when a command returns (under Address- or
+// ThreadSanitizer), rather than leaving with _Exit (Note [Leaving without tearing down] in
+// main.cpp).
+bool tears_down_at_exit();
+
 // `command_line`: argv as typed, which a rank of a split job records for its rerun command.
 CommandFn add_run_command(CLI::App& app, std::vector<std::string> command_line);
 CommandFn add_inspect_command(CLI::App& app);

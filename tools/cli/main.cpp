@@ -110,6 +110,12 @@ constexpr bool kTearDownAtExit = false;
 constexpr bool kTearDownAtExit = false;
 #endif
 
+}  // namespace
+
+bool tears_down_at_exit() { return kTearDownAtExit; }
+
+namespace {
+
 [[noreturn]] void leave(int code) {
   spdlog::debug("exit: leaving with code {}", code);
   if (kTearDownAtExit) std::exit(code);

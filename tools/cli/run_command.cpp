@@ -22,6 +22,7 @@
 #include "pipeline/core/pause_clock.hpp"
 #include "pipeline/core/stop_request.hpp"
 #include "pipeline/empty_modalities.hpp"
+#include "pipeline/media/nvdec.hpp"
 #include "pipeline/report_files.hpp"
 #include "pipeline/runner.hpp"
 #include "pipeline/summary_file.hpp"
@@ -186,6 +187,8 @@ int run_configured(Config& config, const PartitionFlags& partition_flags,
   };
   install_stop_handlers();
   install_continue_handler();  // Note [Paused runs] in pipeline/core/pause_clock.cpp
+  // This process ends with the run (Note [Sessions left to the process's exit]).
+  if (!tears_down_at_exit()) NvdecPool::leave_sessions_to_process_exit();
   RunSummary summary = run_precompute(config, context);
   if (!state.reported) {
     summary.exit_code = run_exit_code(summary, nullptr, config.run);
