@@ -281,6 +281,10 @@ def main() -> int:
     ap.add_argument("--peer-decode-only", action="store_true",
                     help="the peer decodes the sampled frames to RGB on the GPU and stops there "
                          "(no resize, no model): to compare with decode_bench's NVDEC alone")
+    ap.add_argument("--peer-decode-bound", action="store_true",
+                    help="the peer with the model, and also decoding only: the decode bound "
+                         "beside the loop, both --runs times")
+    ap.add_argument("--json", default="video_bench.json", help="the results' file name in --out")
     ap.add_argument("--model", choices=MODELS, default="resnet50",
                     help="torchvision's, random weights, per frame (the peer runs the same)")
     ap.add_argument("--peer-batch", type=int, default=0,
@@ -337,13 +341,16 @@ def main() -> int:
         print(json.dumps(row), flush=True)
 
     for sampling in args.samplings.split(","):
-        if not args.no_peer:
+        peer_kinds = [] if args.no_peer else (
+            [False, True] if args.peer_decode_bound else [args.peer_decode_only])
+        for decode_only in peer_kinds:
             try:
                 record(f"PyNvVideoCodec {args.peer_threads} threads"
-                       + (", decode only" if args.peer_decode_only else "")
-                       + (f", batches of {args.peer_batch}" if args.peer_batch else ""), sampling,
-                       [run_peer(model, files, sampling, args.peer_threads,
-                                 args.peer_decode_only, args.peer_batch)
+                       + (", decode only" if decode_only else "")
+                       + (f", batches of {args.peer_batch}"
+                          if args.peer_batch and not decode_only else ""), sampling,
+                       [run_peer(model, files, sampling, args.peer_threads, decode_only,
+                                 args.peer_batch)
                         for _ in range(args.runs)])
             except Exception as e:  # the table says what failed; the rest still runs
                 failed += 1
@@ -394,7 +401,7 @@ def main() -> int:
             else:
                 record(c["label"], sampling, c["runs"])
 
-    (args.out / "video_bench.json").write_text(json.dumps(results, indent=1))
+    (args.out / args.json).write_text(json.dumps(results, indent=1))
     print(f"\n{'who':44} {'sampling':8} {'runs':>4} {'whole clips/s':>14} {'run clips/s':>12} "
           f"{'CPU ms/clip':>12}")
     for r in results:
