@@ -2,11 +2,10 @@
 PyNvVideoCodec, same clips, same model, same run (tools/bench/run_gpu_video_bench.sh runs it).
 
 Workload (the issue's): every clip of --clips repeated --copies times (8 x 100 = 800 clips),
-sampled at 1 frame per second (fps1; fpsN: N frames a second) or 4 frames spread over the clip (nf4),
-each frame resized to
-224x224 and normalised, ResNet-50 (--model: or ViT-B/16, ViT-L/16; random weights, fp16,
-torchvision's, TorchScript) on one GPU, frames mean-pooled per clip. precompute writes its HDF5 shards; the peer keeps its vectors in
-memory (it does less).
+sampled at 1 frame per second (fps1; fpsN: N frames a second) or 4 frames spread over the clip
+(nf4), each frame resized to 224x224 and normalised, ResNet-50 (--model: or ViT-B/16, ViT-L/16;
+random weights, fp16, torchvision's, TorchScript) on one GPU, frames mean-pooled per clip.
+precompute writes its HDF5 shards; the peer keeps its vectors in memory (it does less).
 
 Figures, each the median of --runs runs: clips/s over the whole process (start to exit: loading,
 CUDA start-up and writing included) and over the run alone (precompute's own timer, from its
@@ -188,7 +187,8 @@ def encode_across_clips():
                 count += x.shape[0]
             if held and (count >= batch or x is None):
                 rows = torch.cat([net(b) for b in torch.cat(held).split(batch)])
-                [v.mean(0).float().cpu() for v in rows.split([h.shape[0] for h in held])]
+                for clip_rows in rows.split([h.shape[0] for h in held]):
+                    clip_rows.mean(0).float().cpu()
                 held, count = [], 0
             if x is None:
                 return
