@@ -245,6 +245,13 @@ def run_peer(model: Path, files: list, sampling: str, threads: int,
             "cpu_s": cpu_s}
 
 
+def at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; 0 turns it off")
+    return value
+
+
 def model_alone(model: Path, batch: int) -> float:
     """Images a second of the model alone on random batches of `batch` in device memory."""
     script = WORK / "model_alone.py"
@@ -287,10 +294,10 @@ def main() -> int:
     ap.add_argument("--json", default="video_bench.json", help="the results' file name in --out")
     ap.add_argument("--model", choices=MODELS, default="resnet50",
                     help="torchvision's, random weights, per frame (the peer runs the same)")
-    ap.add_argument("--peer-batch", type=int, default=0,
+    ap.add_argument("--peer-batch", type=at_least_zero, default=0,
                     help="frames a forward pass in the peer, batched across clips (0: one pass "
                          "a clip); 256 is the heavy-encoder loop")
-    ap.add_argument("--alone", type=int, default=0, metavar="BATCH",
+    ap.add_argument("--alone", type=at_least_zero, default=0, metavar="BATCH",
                     help="also time the model alone on random batches of BATCH frames, --runs "
                          "times: the encoder's bound")
     ap.add_argument("--log-level", default="info", help="precompute's (debug: time per file)")
