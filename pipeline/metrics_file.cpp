@@ -213,6 +213,11 @@ std::string metrics_text(const RunStats& stats, const MetricsContext& context,
   for (Modality m : modalities) {
     e.sample(seconds(stats.encode_ns[modality_index(m)].load()), {{"stage", "encode " + name(m)}});
   }
+  e.family("precompute_encoder_in_use_seconds_total", "counter",
+           "Time at least one of a modality's encode calls ran (the union of the calls)");
+  for (Modality m : modalities) {
+    e.sample(stats.encode_in_use[modality_index(m)].seconds(), {{"modality", name(m)}});
+  }
   e.family("precompute_batch_wait_seconds_total", "counter",
            "Time batches spent cut and waiting for an encoder, summed over batches");
   for (Modality m : modalities) {

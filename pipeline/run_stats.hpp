@@ -1,6 +1,7 @@
 #pragma once
 // Counters the stages bump as samples move, read by the progress reporter and the final
-// summary. Every field is an atomic: any thread may update or read at any time.
+// summary. Every field is an atomic or an OverlapClock: any thread may update or read at any
+// time.
 
 #include <array>
 #include <atomic>
@@ -8,6 +9,7 @@
 #include <cstdint>
 
 #include "pipeline/core/modality.hpp"
+#include "pipeline/core/overlap_clock.hpp"
 
 namespace precompute {
 
@@ -51,6 +53,9 @@ struct RunStats {
   std::atomic<int64_t> build_ns{0};   // shard images (HDF5)
   std::atomic<int64_t> commit_ns{0};  // writing, fsyncing, hashing them; the index
   std::array<std::atomic<int64_t>, kNumModalities> encode_ns{};
+  // The time at least one of a modality's encode calls ran (Note [An encoder's time in use] in
+  // pipeline/core/overlap_clock.cpp), where encode_ns sums the calls in flight at once.
+  std::array<OverlapClock, kNumModalities> encode_in_use{};
   // Time batches spent cut and waiting for an encoder (queued at the encode node): large when
   // the encoders are the bound, near 0 when they wait for batches.
   std::array<std::atomic<int64_t>, kNumModalities> encode_wait_ns{};

@@ -53,6 +53,7 @@ RunSummary summary_from_stats(const RunStats& stats,
       const std::string name(modality_name(m));
       summary.busy_seconds["encode " + name] = seconds_of(stats.encode_ns[i]);
       summary.busy_seconds[name + " batches queued"] = seconds_of(stats.encode_wait_ns[i]);
+      summary.busy_seconds[name + " encoder in use"] = stats.encode_in_use[i].seconds();
     }
     summary.run_embedded[i] = stats.embedded[i];
     for (size_t c = 0; c < stats.failures_by_modality[i].size(); ++c) {

@@ -112,6 +112,7 @@ EncodedBatch EncodeStage::operator()(const ModalityBatch& batch) const {
       std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count(),
       std::memory_order_relaxed);
   const StageTimer timer(stats_->encode_ns[modality_index(m)]);
+  const OverlapClock::Scope in_use(stats_->encode_in_use[modality_index(m)]);
   auto& pool = *pools_[modality_index(m)];
   EncodedBatch out;
   out.modality = m;

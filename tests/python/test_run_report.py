@@ -227,8 +227,12 @@ def test_summary_counts_equal_inspect_and_metrics_parse(binary, data, tmp_path):
     assert any(m["step"].startswith("early decoding started: ") for m in summary["start_up"])
     assert 0 < seconds["early_decoding"] < seconds["run"]
     assert set(summary["busy_seconds"]) == set(summary["busy_fraction"])
-    assert {"route", "assemble", "build shards", "commit", "encode video"} <= set(
-        summary["busy_seconds"])
+    assert {"route", "assemble", "build shards", "commit", "encode video",
+            "video encoder in use"} <= set(summary["busy_seconds"])
+    # The union of the encoder's calls: within their sum and within the graph's time.
+    in_use = summary["busy_seconds"]["video encoder in use"]
+    assert 0 < in_use <= summary["busy_seconds"]["encode video"] + 1e-6
+    assert summary["busy_fraction"]["video encoder in use"] <= 1 + 1e-6
     for stage, busy in summary["busy_seconds"].items():
         assert summary["busy_fraction"][stage] == pytest.approx(busy / seconds["graph"])
     assert summary["memory"]["peak_rss_bytes"] > 50 << 20

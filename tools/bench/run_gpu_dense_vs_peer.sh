@@ -2,14 +2,17 @@
 # Dense sampling against NVIDIA's own decoder on the GPU machine, in one command: NVDEC alone
 # (decode_bench, 4 frames a second, one NVDEC session per thread) against PyNvVideoCodec decoding
 # the same sampled frames to RGB in device memory (tools/bench/video_throughput.py
-# --peer-decode-only), run by run in turn on the same clips; then the GPU tests
+# --peer-decode-only), run by run in turn on the same clips, the engines' utilisation sampled
+# for each (tools/bench/decoder_util.sh); then the GPU tests
 # (tools/gpu_tests.sh's ctest part), the three-encoder memory budget
 # (tools/bench/gpu_budget_split.py, which reads the summary's memory.gpu_budget) and, with time
 # left, the whole graph at 4 frames a second with ResNet-50 against the full peer.
 #
 #   bash tools/bench/run_gpu_dense_vs_peer.sh
 # Needs .devbuild/ and bench-data/h264_720p carried. RUNS (default 3), COPIES (default 20: 160
-# clips), SESSIONS (default 14: two per engine on H100/H200), STAGES (default
+# clips), SESSIONS (default 14: two per engine on H100/H200), DECODE_SAMPLINGS (default "fps4":
+# the NVDEC cases, tools/bench/nvdec_engines.sh's SAMPLINGS; "fps4 all cuvid" adds every frame
+# through FFmpeg's hwaccel and through its *_cuvid decoders), STAGES (default
 # "alone tests budget graph"). Logs and JSON lines in $OUT (default /tmp/out); exit 1 when a
 # step failed.
 set -uo pipefail
@@ -22,6 +25,7 @@ runs=${RUNS:-3}
 copies=${COPIES:-20}
 sessions=${SESSIONS:-14}
 stages=${STAGES:-alone tests budget graph}
+decode_samplings=${DECODE_SAMPLINGS:-fps4}
 status=0
 started=$SECONDS
 say() { echo "dense_vs_peer [$((SECONDS - started)) s]: $*"; }
@@ -37,15 +41,17 @@ gpu_wheels_site
 binary=build-gpu/tools/cli/precompute
 
 if [[ " $stages " == *" alone "* ]]; then
-  say "NVDEC alone against PyNvVideoCodec decode-only, 4 frames/s, $runs runs in turn"
+  say "NVDEC alone ($decode_samplings) against PyNvVideoCodec decode-only, 4 frames/s, $runs runs in turn"
   for k in $(seq "$runs"); do
-    timeout 120 build-gpu/tools/bench/decode_bench --decoder nvdec --threads "$sessions" --fps 4 \
-      --repeat "$copies" "$clips"/*.mp4 2>&1 | tee -a "$OUT/dense_alone.jsonl" | tail -n 1 ||
+    SAMPLINGS=$decode_samplings SESSION_COUNTS=$sessions REPEAT=$copies \
+      bash tools/bench/nvdec_engines.sh "$clips" | tee -a "$OUT/dense_alone.jsonl" | cut -c1-400 ||
       status=1
-    timeout 200 "$python" tools/bench/video_throughput.py --binary "$binary" --clips "$clips" \
-      --copies "$copies" --runs 1 --samplings fps4 --modes "" --peer-decode-only \
-      > "$OUT/dense_peer_$k.log" 2>&1 || status=1
-    grep '^{' "$OUT/dense_peer_$k.log" | tee -a "$OUT/dense_peer.jsonl" | cut -c1-220
+    bash tools/bench/decoder_util.sh timeout 200 "$python" tools/bench/video_throughput.py \
+      --binary "$binary" --clips "$clips" --copies "$copies" --runs 1 --samplings fps4 --modes "" \
+      --peer-decode-only > "$OUT/dense_peer_$k.log" 2>&1 || status=1
+    # The peer's line, then the engines' while it ran.
+    grep '^{' "$OUT/dense_peer_$k.log" | tail -n 2 | paste -sd' ' | tee -a "$OUT/dense_peer.jsonl" |
+      cut -c1-400
   done
 fi
 

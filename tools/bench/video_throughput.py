@@ -100,6 +100,10 @@ def time_precompute(binary: Path, model: Path, files: list, sampling: str, decod
                                         "--log-level", log_level, timeout=900)
     video = run.summary["video_decoding"]
     busy_fraction = video["nvdec_busy_fraction"]
+    # The encoder's time in use (the union of its calls) and the rate it kept while in use,
+    # which compares with --alone (Note [An encoder's time in use] in
+    # pipeline/core/overlap_clock.cpp).
+    in_use = run.busy.get("video encoder in use")
     at_once = video["cpu_decodes_at_once"]
     # Each start-up step's end, in seconds from the process's start.
     got_timeline = {"timeline": run.timeline()}
@@ -115,6 +119,8 @@ def time_precompute(binary: Path, model: Path, files: list, sampling: str, decod
             "busy": run.busy,
             "graph_s": run.summary["seconds"]["graph"],
             "frames_embedded": video["frames_kept"],
+            "encoder_in_use_s": in_use,
+            "encoder_img_per_s": round(video["frames_kept"] / in_use, 1) if in_use else None,
             "gpu_peak_mib": run.gpu_peak_mib(),
             "gpu_budget_mib": (run.summary["memory"]["gpu_budget"] or [{}])[0].get(
                 "budget_bytes", 0) / 2**20,
@@ -336,6 +342,8 @@ def main() -> int:
                                                                   "handed_over", "decoders",
                                                                   "frames", "graph_s",
                                                                   "nvdec_busy_pct",
+                                                                  "encoder_in_use_s",
+                                                                  "encoder_img_per_s",
                                                                   "cpu_decodes_at_once")}}),
               flush=True)
 
