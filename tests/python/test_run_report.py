@@ -276,6 +276,9 @@ def test_summary_counts_equal_inspect_and_metrics_parse(binary, data, tmp_path):
         assert value(series, "precompute_batches_total", modality=m) > 0
     assert value(series, "precompute_stage_busy_seconds_total", stage="commit") == \
         pytest.approx(summary["busy_seconds"]["commit"], abs=1e-6)
+    for m in ("video", "audio", "text"):
+        assert value(series, "precompute_encoder_in_use_seconds_total", modality=m) == \
+            pytest.approx(summary["busy_seconds"][f"{m} encoder in use"], abs=1e-6)
     assert value(series, "precompute_host_memory_rss_bytes") > 50 << 20
     assert value(series, "precompute_video_clips_decoded_total", decoder="cpu") == 10
     assert value(series, "precompute_video_frames_decoded_total", decoder="cpu") == \
