@@ -9,6 +9,7 @@ extern "C" {
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <future>
 #include <string>
@@ -67,6 +68,9 @@ void check_cuda(cudaError_t error, const char* what) {
 struct DriverCalls {
   CUresult (*push)(CUcontext) = nullptr;
   CUresult (*pop)(CUcontext*) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*retain_primary)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*release_primary)(CUdevice) = nullptr;
 };
 
 const DriverCalls& driver_calls() {
@@ -84,6 +88,10 @@ const DriverCalls& driver_calls() {
     };
     c.push = reinterpret_cast<CUresult (*)(CUcontext)>(find("cuCtxPushCurrent"));
     c.pop = reinterpret_cast<CUresult (*)(CUcontext*)>(find("cuCtxPopCurrent"));
+    c.device_get = reinterpret_cast<CUresult (*)(CUdevice*, int)>(find("cuDeviceGet"));
+    c.retain_primary =
+        reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(find("cuDevicePrimaryCtxRetain"));
+    c.release_primary = reinterpret_cast<CUresult (*)(CUdevice)>(find("cuDevicePrimaryCtxRelease"));
     return c;
   }();
   return calls;
@@ -109,18 +117,29 @@ class ContextScope {
 }  // namespace
 
 // Note [One CUDA context for a GPU's sessions]
-// A GPU's sessions share one CUDA context, made by FFmpeg for them, and not the device's
-// primary one that LibTorch computes in: a CUDA error while decoding a broken file is then the
-// sessions' and cannot leave LibTorch's context unusable for the encoders, and FFmpeg's context
-// flags need not match LibTorch's (FFmpeg refuses a primary context started with other flags).
-// Each session has a stream of its own in it, and a device of FFmpeg's own around it (FFmpeg
-// takes the stream from the device). The driver makes contexts one at a time, so a context per
-// session would make start-up and exit grow with the sessions, and with two sessions per engine
-// eat what the extra sessions give (docs/benchmarks.md, "The engines' own bound"); one context
-// opens in about the same time whatever the sessions. The cost of sharing: an error that
-// spoils a context (a fault in the conversion kernel, say) stops all of the GPU's sessions
-// rather than one; their files fall back to the CPU as on any NVDEC error, so nothing is lost but speed. The
-// kernel, the streams and the buffers live in the shared context; only host memory crosses.
+// A GPU's sessions share one CUDA context. The driver makes contexts one at a time, so a
+// context per session would make start-up and exit grow with the sessions, and with two
+// sessions per engine eat what the extra sessions give (docs/benchmarks.md, "The engines' own
+// bound"); one context opens in about the same time whatever the sessions. Each session has a
+// stream of its own in it, and a device of FFmpeg's own around it (FFmpeg takes the stream from
+// the device); the kernel, the streams and the buffers live in the shared context.
+//
+// Which context: by default the device's primary one, which LibTorch's encoders compute in,
+// retained here and wrapped in FFmpeg's device (FFmpeg's own primary_ctx option refuses a
+// primary context LibTorch has already started with other flags). Kernels of different
+// contexts never run at the same time on a GPU: the GPU switches between contexts by time
+// slices. A context of the sessions' own therefore makes every picture's map and conversion,
+// thousands a second at dense sampling, wait for the encoder's slice and cut the encoder's
+// short (docs/benchmarks.md, "A heavy encoder at 4 frames a second"). In one context they are
+// kernels on streams like any other, and the streams of the sessions, made at the device's
+// highest priority, go ahead of the encoders' (at the default one) as soon as an SM is free.
+// The cost: a CUDA error that spoils a context (a fault in the conversion kernel, say) now
+// spoils the encoders' too, and the run fails where a context of their own would only have
+// sent the sessions' files to the CPU; NVDEC's own errors on a broken stream are returned, not
+// sticky, and fall back per file as before. video.nvdec_own_context: true chooses the
+// isolation over the speed. Waits on a session's stream block on an event made to block
+// (cudaEventBlockingSync) rather than spin, whatever flags LibTorch started the context with:
+// fourteen spinning session threads would take the cores the CPU decoders need.
 
 bool nvdec_built() { return true; }
 
@@ -193,7 +212,40 @@ AVCUDADeviceContext* cuda_device_of(AVBufferRef* device) {
 
 }  // namespace
 
-AVBufferRef* open_nvdec_context(int device) {
+AVBufferRef* open_nvdec_context(int device, NvdecContext kind) {
+  if (kind == NvdecContext::kPrimary) {
+    // Note [One CUDA context for a GPU's sessions]: the primary context, held for as long as
+    // FFmpeg's device around it lives (its free callback lets it go).
+    const DriverCalls& cu = driver_calls();
+    CUdevice cuda_device = 0;
+    CUcontext primary = nullptr;
+    if (cu.device_get(&cuda_device, device) != CUDA_SUCCESS ||
+        cu.retain_primary(&primary, cuda_device) != CUDA_SUCCESS) {
+      throw std::runtime_error(
+          fmt::format("cannot retain the primary CUDA context of cuda:{}", device));
+    }
+    AVBufferRef* made = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+    if (made == nullptr) {
+      cu.release_primary(cuda_device);
+      throw std::bad_alloc();
+    }
+    auto* device_context = reinterpret_cast<AVHWDeviceContext*>(made->data);
+    device_context->user_opaque = reinterpret_cast<void*>(static_cast<intptr_t>(cuda_device));
+    device_context->free = [](AVHWDeviceContext* context) {
+      driver_calls().release_primary(
+          static_cast<CUdevice>(reinterpret_cast<intptr_t>(context->user_opaque)));
+    };
+    cuda_device_of(made)->cuda_ctx = primary;
+    const int error = av_hwdevice_ctx_init(made);
+    if (error < 0) {
+      av_buffer_unref(&made);  // releases the primary context
+      throw std::runtime_error(fmt::format(
+          "cannot set FFmpeg's CUDA device up on cuda:{}'s primary context "
+          "(av_hwdevice_ctx_init): {}",
+          device, ffmpeg::error_text(error)));
+    }
+    return made;
+  }
   AVBufferRef* made = nullptr;
   const int error = av_hwdevice_ctx_create(&made, AV_HWDEVICE_TYPE_CUDA,
                                            std::to_string(device).c_str(), nullptr, 0);
@@ -209,7 +261,7 @@ NvdecSession::NvdecSession(int device, bool keep_decoders, AVBufferRef* shared_c
     : device_(device) {
   try {
     if (shared_context == nullptr) {
-      hw_device_ = open_nvdec_context(device);
+      hw_device_ = open_nvdec_context(device, NvdecContext::kOwn);
     } else {
       // A device of FFmpeg's own around the shared context: FFmpeg reads the stream from the
       // device when it makes a decoder, so each session needs one, and a device FFmpeg did not
@@ -231,9 +283,20 @@ NvdecSession::NvdecSession(int device, bool keep_decoders, AVBufferRef* shared_c
     AVCUDADeviceContext* cuda = cuda_device_of(hw_device_);
     cuda_.context = cuda->cuda_ctx;
     ContextScope scope(static_cast<CUcontext>(cuda_.context));
+    // The device's highest priority: ahead of the encoders' streams in the same context (Note
+    // [One CUDA context for a GPU's sessions]).
+    int lowest_priority = 0;
+    int highest_priority = 0;
+    check_cuda(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority),
+               "cudaDeviceGetStreamPriorityRange");
     cudaStream_t stream = nullptr;
-    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, highest_priority),
+               "cudaStreamCreateWithPriority");
     cuda_.stream = stream;
+    cudaEvent_t done = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&done, cudaEventBlockingSync | cudaEventDisableTiming),
+               "cudaEventCreateWithFlags");
+    cuda_.done = done;
     // NVDEC maps each picture on this stream (FFmpeg reads it when it makes a decoder, per
     // file), and the kernel runs on it after the map: ordered without any other synchronisation.
     cuda->stream = stream;
@@ -253,6 +316,7 @@ void NvdecSession::release() noexcept {
       ContextScope scope(static_cast<CUcontext>(cuda_.context));
       if (cuda_.device_rgb != nullptr) cudaFree(cuda_.device_rgb);
       if (cuda_.host_rgb != nullptr) cudaFreeHost(cuda_.host_rgb);
+      if (cuda_.done != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(cuda_.done));
       if (cuda_.stream != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(cuda_.stream));
     } catch (const std::exception&) {
       // The context is going away with everything in it.
@@ -284,7 +348,9 @@ void NvdecSession::to_rgb(const GpuRgbParams& params, uint8_t* out) {
   check_cuda(
       cudaMemcpyAsync(cuda_.host_rgb, cuda_.device_rgb, bytes, cudaMemcpyDeviceToHost, stream),
       "cudaMemcpyAsync");
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  auto done = static_cast<cudaEvent_t>(cuda_.done);
+  check_cuda(cudaEventRecord(done, stream), "cudaEventRecord");
+  check_cuda(cudaEventSynchronize(done), "cudaEventSynchronize");
   std::memcpy(out, cuda_.host_rgb, bytes);
 }
 
@@ -307,7 +373,9 @@ namespace {
 
 }  // namespace
 
-AVBufferRef* open_nvdec_context(int /*device*/) { no_nvdec_in_this_build(); }
+AVBufferRef* open_nvdec_context(int /*device*/, NvdecContext /*kind*/) {
+  no_nvdec_in_this_build();
+}
 
 NvdecSession::NvdecSession(int device, bool /*keep_decoders*/, AVBufferRef* /*shared_context*/)
     : device_(device) {
@@ -330,7 +398,8 @@ void NvdecSession::to_rgb(const GpuRgbParams&, uint8_t*) {
 // to every run's start and end. So the pool opens each GPU's context on a thread of its own,
 // then each session, and closes the sessions so too. The first error, in
 // GPU order for the contexts and in session order for the sessions, is the one reported.
-NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
+NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device,
+                     NvdecContext context)
     : devices_(devices) {
   // Each GPU's count: the one given, or two per engine (Note [Two sessions per engine]).
   constexpr int kWithoutEngineCount = 4;
@@ -370,7 +439,7 @@ NvdecPool::NvdecPool(const std::vector<int>& devices, int sessions_per_device)
       if (per_device[d] == 0) continue;
       openers.emplace_back([&, d] {
         try {
-          contexts[d] = open_nvdec_context(devices[d]);
+          contexts[d] = open_nvdec_context(devices[d], context);
         } catch (const std::exception& e) {
           context_errors[d] = fmt::format("NVDEC on cuda:{} ({} session(s)): {}", devices[d],
                                           per_device[d], e.what());

@@ -35,17 +35,21 @@ bool nvdec_built();
 // the Video Codec SDK's headers).
 std::optional<int> nvdec_engine_count(int device, std::string* why_not);
 
-// FFmpeg's CUDA device on GPU `device` (a CUDA ordinal) in a CUDA context of its own, not the
-// device's primary one (Note [One CUDA context for a GPU's sessions] in nvdec.cpp): what
-// sessions share. The caller owns the reference (av_buffer_unref). Throws std::runtime_error
-// with FFmpeg's reason.
-AVBufferRef* open_nvdec_context(int device);
+// Which CUDA context a GPU's sessions decode in (Note [One CUDA context for a GPU's sessions]
+// in nvdec.cpp): the device's primary one, which LibTorch's encoders compute in, or one made
+// for the sessions alone (video.nvdec_own_context).
+enum class NvdecContext { kPrimary, kOwn };
+
+// FFmpeg's CUDA device on GPU `device` (a CUDA ordinal) around the context `kind` names: what
+// sessions share. The caller owns the reference (av_buffer_unref); the primary context is
+// retained until the device goes. Throws std::runtime_error with FFmpeg's or CUDA's reason.
+AVBufferRef* open_nvdec_context(int device, NvdecContext kind);
 
 class NvdecSession {
  public:
   // A session on GPU `device` with a stream of its own, in `shared_context` (from
   // open_nvdec_context; the session holds a reference, so the context lives as long as its
-  // last session), or in a context of its own when that is null. `keep_decoders`: H.264 and
+  // last session), or in a context made for it alone when that is null. `keep_decoders`: H.264 and
   // HEVC files share one decoder kept open (Note [Keeping NVDEC decoders across files] in
   // kept_decoder.cpp); false makes a decoder per file, for measuring. Throws std::runtime_error
   // with FFmpeg's or CUDA's reason.
@@ -80,6 +84,7 @@ class NvdecSession {
   struct Cuda {
     void* context = nullptr;  // CUcontext (Note [One CUDA context for a GPU's sessions])
     void* stream = nullptr;   // cudaStream_t
+    void* done = nullptr;  // cudaEvent_t, waited for without spinning
     uint8_t* device_rgb = nullptr;
     uint8_t* host_rgb = nullptr;  // pinned
     size_t rgb_capacity = 0;
@@ -89,9 +94,11 @@ class NvdecSession {
 class NvdecPool {
  public:
   // `sessions_per_device` sessions on each GPU of `devices` (CUDA ordinals); 0: two per NVDEC
-  // engine of each GPU (nvdec_engine_count), 4 where that cannot be had. Throws
-  // std::runtime_error naming the GPU when a session cannot be opened.
-  NvdecPool(const std::vector<int>& devices, int sessions_per_device);
+  // engine of each GPU (nvdec_engine_count), 4 where that cannot be had; each GPU's in the
+  // context `context` names. Throws std::runtime_error naming the GPU when a session cannot be
+  // opened.
+  NvdecPool(const std::vector<int>& devices, int sessions_per_device,
+            NvdecContext context = NvdecContext::kPrimary);
   ~NvdecPool();
 
   // A session for the length of one file; returns it to the pool when destroyed.

@@ -58,7 +58,9 @@ VideoDecoderScheduler::VideoDecoderScheduler(const Config& config, VideoDecodeOp
     why_not = "video runs on no CUDA device (video.device or run.device)";
   } else {
     try {
-      nvdec_ = std::make_unique<NvdecPool>(gpus, config.video.nvdec_sessions);
+      nvdec_ = std::make_unique<NvdecPool>(
+          gpus, config.video.nvdec_sessions,
+          config.video.nvdec_own_context ? NvdecContext::kOwn : NvdecContext::kPrimary);
       cpu_decode_threads_ = std::make_unique<LowPriorityThreads>(kCpuDecodeNiceIncrement);
       kind_ = wanted;
       spdlog::info("video decoding: {}{}", nvdec_->describe(),

@@ -602,30 +602,51 @@ TEST(NvdecPoolGpuTest, ZeroSessionsOpensTwoPerEngineAndACountOpensThatMany) {
   EXPECT_EQ(given.describe(), "2 NVDEC session(s) on cuda:0");
 }
 
-TEST(NvdecPoolGpuTest, AGpusSessionsShareOneContextThatIsNotLibTorchs) {
+// Note [One CUDA context for a GPU's sessions]: the sessions share LibTorch's primary context
+// by default and one of their own with video.nvdec_own_context; either way each has a stream of
+// its own at the device's highest priority, above the encoders' pool streams, and opening the
+// pool leaves the caller's current context as it was.
+TEST(NvdecPoolGpuTest, AGpusSessionsShareOneContextTheEncodersOrTheirOwn) {
   NEED_NVDEC();
   torch::zeros({1}, torch::kCUDA);  // LibTorch's primary context, current on this thread
   const void* libtorch_context = current_cuda_context();
   ASSERT_NE(libtorch_context, nullptr);
-  NvdecPool pool({0}, 3);
-  std::set<const void*> contexts;
-  std::set<const void*> streams;
-  std::vector<NvdecPool::Lease> held;  // so that each turn leases another session
-  for (int k = 0; k < pool.size(); ++k) {
-    held.push_back(pool.try_acquire());
-    ASSERT_TRUE(held.back());
-    contexts.insert(held.back().session()->cuda_context());
-    streams.insert(held.back().session()->cuda_stream());
+  int lowest = 0;
+  int highest = 0;
+  ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&lowest, &highest), cudaSuccess);
+  ASSERT_LT(highest, lowest) << "this GPU has one stream priority";
+  // The streams an encoder's calls run on (encoders/torch_encoder.cpp).
+  const int encoder_priority = c10::cuda::getStreamFromPool(false, 0).priority();
+  for (const NvdecContext kind : {NvdecContext::kPrimary, NvdecContext::kOwn}) {
+    SCOPED_TRACE(kind == NvdecContext::kPrimary ? "primary" : "own");
+    NvdecPool pool({0}, 3, kind);
+    std::set<const void*> contexts;
+    std::set<const void*> streams;
+    std::vector<NvdecPool::Lease> held;  // so that each turn leases another session
+    for (int k = 0; k < pool.size(); ++k) {
+      held.push_back(pool.try_acquire());
+      ASSERT_TRUE(held.back());
+      const NvdecSession& session = *held.back().session();
+      contexts.insert(session.cuda_context());
+      streams.insert(session.cuda_stream());
+      int priority = 0;
+      ASSERT_EQ(cudaStreamGetPriority(
+                    static_cast<cudaStream_t>(const_cast<void*>(session.cuda_stream())), &priority),
+                cudaSuccess);
+      EXPECT_EQ(priority, highest);
+      EXPECT_LT(priority, encoder_priority) << "not ahead of the encoders' streams";
+    }
+    held.clear();
+    EXPECT_EQ(contexts.size(), 1U);
+    EXPECT_EQ(streams.size(), 3U);
+    EXPECT_EQ(contexts.count(libtorch_context), kind == NvdecContext::kPrimary ? 1U : 0U);
+    EXPECT_EQ(current_cuda_context(), libtorch_context)
+        << "opening the pool changed this thread's context";
   }
-  held.clear();
-  EXPECT_EQ(contexts.size(), 1U);
-  EXPECT_EQ(streams.size(), 3U);
-  EXPECT_EQ(contexts.count(libtorch_context), 0U);
-  EXPECT_EQ(current_cuda_context(), libtorch_context)
-      << "opening the pool changed this thread's context";
+  // The pools are gone, the primary context is not: LibTorch computes on.
+  EXPECT_EQ(current_cuda_context(), libtorch_context);
+  EXPECT_EQ((torch::ones({4}, torch::kCUDA) * 2).sum().item<float>(), 8.0f);
 }
-
-
 
 // Note [Handing a file over to NVDEC] in pipeline/stages/nvdec_handover.cpp: a session is
 // handed to a CPU decode only once nobody has taken it for a while.

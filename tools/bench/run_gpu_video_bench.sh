@@ -90,7 +90,7 @@ if [[ " $stages " == *" diag "* ]]; then
     "$python" tools/bench/video_throughput.py --binary build-gpu/tools/cli/precompute \
       --out "$OUT/diag" --copies 2 --runs 1 --samplings nf4 --modes nvdec --no-peer \
       --sessions "$sessions" --log-level debug 2>&1 | tee -a "$OUT/diag.log" | grep '"who"'
-    grep -h "ms: opened after" /tmp/video-bench/nvdec-nf4-1gpu-0.log | head -n 6 | cut -c 1-260
+    grep -h "ms: opened after" /tmp/video-bench/nvdec*-nf4-1gpu-*0.log | head -n 6 | cut -c 1-260
   done
 fi
 

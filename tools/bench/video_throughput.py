@@ -283,7 +283,9 @@ def main() -> int:
                     help="video.decoder values; MODE@N also sets video.nvdec_sessions to N "
                          "(e.g. 'auto,auto@4': the default against 4 sessions, run by run), "
                          "MODE#T run.decode_threads to T (e.g. 'auto,auto#19', 'auto@4#12'), "
-                         "MODE%%F run.max_in_flight to F (e.g. 'auto,auto%%1000')")
+                         "MODE%%F run.max_in_flight to F (e.g. 'auto,auto%%1000'), "
+                         "MODE+KEY=JSON a video key for that case alone, after --video-json "
+                         "(e.g. 'auto,auto+nvdec_own_context=true')")
     ap.add_argument("--sessions", type=int, default=0,
                     help="video.nvdec_sessions where a mode gives none (0: two per engine)")
     ap.add_argument("--devices", default="cuda:0",
@@ -375,6 +377,13 @@ def main() -> int:
         # of the machine during the call weighs on all of them alike.
         cases = []
         for spec in args.modes.split(",") if args.modes else []:
+            spec, *settings = spec.split("+")
+            video_keys = {}
+            for setting in settings:
+                key, sep, value = setting.partition("=")
+                if not key or not sep:
+                    ap.error(f"--modes: '{setting}' is not KEY=JSON")
+                video_keys[key] = json.loads(value)
             spec, _, in_flight = spec.partition("%")
             spec, _, threads = spec.partition("#")
             mode, _, given = spec.partition("@")
@@ -388,13 +397,16 @@ def main() -> int:
                     label = (f"precompute {mode}" + (f", {sessions} sessions" if given else "") +
                              (f", {decode_threads} decode threads" if threads else "") +
                              (f", {max_in_flight} in flight" if in_flight else "") +
+                             "".join(f", {k}={json.dumps(v)}" for k, v in video_keys.items()) +
                              f" ({','.join(devices)}){build}")
                     cases.append({"label": label, "mode": mode, "sessions": sessions,
                                   "devices": devices, "n": 1 if mode in one_run else args.runs,
                                   "decode_threads": decode_threads,
                                   "max_in_flight": max_in_flight,
+                                  "video_keys": video_keys,
                                   "binary": binary, "runs": [], "error": None,
-                                  "tag": f"{mode}{given}t{threads}f{in_flight}-{sampling}-{len(devices)}gpu-b{b}"})
+                                  "tag": f"{mode}{given}t{threads}f{in_flight}"
+                                         f"k{len(cases)}-{sampling}-{len(devices)}gpu-b{b}"})
         for k in range(max([c["n"] for c in cases], default=0)):
             for c in cases:
                 if k >= c["n"] or c["error"]:
@@ -403,7 +415,8 @@ def main() -> int:
                     c["runs"].append(time_precompute(c["binary"], model, files, sampling,
                                                      c["mode"], c["sessions"], c["devices"],
                                                      f"{c['tag']}-{k}",
-                                                     json.loads(args.video_json),
+                                                     json.loads(args.video_json)
+                                                     | c["video_keys"],
                                                      args.log_level, c["decode_threads"],
                                                      c["max_in_flight"]))
                 except Exception as e:
