@@ -249,10 +249,11 @@ struct EncoderSection {
       "NVDEC sessions on each GPU video runs on, with decoder auto or nvdec (cpu opens none); "  \
       "0: two per NVDEC engine as the driver reports them, 4 where the count is unknown",        \
       Spec().range(count(0, 64).noted("per GPU; 0: two per NVDEC engine")).in_record())         \
-  KEY(bool, nvdec_own_context, false,                                                           \
-      "NVDEC sessions in a CUDA context of their own rather than the encoders': a CUDA fault "  \
-      "while decoding then spares the encoders, but decoding slows a heavy encoder down",       \
-      Spec().in_record())
+  KEY(bool, nvdec_own_context, true,                                                            \
+      "NVDEC sessions in a CUDA context of their own; false: in the encoders' (the GPU's "      \
+      "primary one), so the GPU need not switch between contexts, but a CUDA fault while "      \
+      "decoding then stops the encoders too",                                                   \
+      Spec())
 
 struct VideoSection : EncoderSection {
   PRECOMPUTE_VIDEO_KEYS(PC_DECLARE_KEY, PC_DECLARE_MEMBER, PC_DECLARE_ROW)

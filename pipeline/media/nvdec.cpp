@@ -124,22 +124,24 @@ class ContextScope {
 // stream of its own in it, and a device of FFmpeg's own around it (FFmpeg takes the stream from
 // the device); the kernel, the streams and the buffers live in the shared context.
 //
-// Which context: by default the device's primary one, which LibTorch's encoders compute in,
-// retained here and wrapped in FFmpeg's device (FFmpeg's own primary_ctx option refuses a
-// primary context LibTorch has already started with other flags). Kernels of different
-// contexts never run at the same time on a GPU: the GPU switches between contexts by time
-// slices. A context of the sessions' own therefore makes every picture's map and conversion,
-// thousands a second at dense sampling, wait for the encoder's slice and cut the encoder's
-// short (docs/benchmarks.md, "A heavy encoder at 4 frames a second"). In one context they are
-// kernels on streams like any other, and the streams of the sessions, made at the device's
-// highest priority, go ahead of the encoders' (at the default one) as soon as an SM is free.
-// The cost: a CUDA error that spoils a context (a fault in the conversion kernel, say) now
-// spoils the encoders' too, and the run fails where a context of their own would only have
-// sent the sessions' files to the CPU; NVDEC's own errors on a broken stream are returned, not
-// sticky, and fall back per file as before. video.nvdec_own_context: true chooses the
-// isolation over the speed. Waits on a session's stream block on an event made to block
-// (cudaEventBlockingSync) rather than spin, whatever flags LibTorch started the context with:
-// fourteen spinning session threads would take the cores the CPU decoders need.
+// Which context. By default one made by FFmpeg for the sessions, not the device's primary one
+// that LibTorch computes in: a CUDA error that spoils a context (a fault in the conversion
+// kernel, say) is then the sessions', whose files fall back to the CPU, and cannot leave the
+// encoders' context unusable. The price: kernels of different contexts never run at the same
+// time on a GPU, which switches between contexts by time slices, so every picture's map and
+// conversion (thousands a second at dense sampling) waits for a slice beside a heavy
+// encoder's work and cuts the encoder's slices short. With video.nvdec_own_context: false the
+// sessions decode in the primary context instead, retained here and wrapped in FFmpeg's device
+// (FFmpeg's own primary_ctx option refuses a primary context that LibTorch started with other
+// flags): their maps and kernels are then streams beside the encoders', and the sessions'
+// streams, made at the device's highest priority, go ahead of the encoders' (at the default
+// one) as soon as an SM is free; but a fault while decoding then stops the encoders too
+// (NVDEC's own errors on a broken stream are returned, not sticky, and fall back per file
+// either way). The isolation stays the default until the gain is measured beside a heavy
+// encoder (docs/benchmarks.md, "A heavy encoder at 4 frames a second"). Waits on a session's
+// stream block on an event made to block (cudaEventBlockingSync) rather than spin, whatever
+// flags the context was started with: LibTorch's may spin, and fourteen spinning session
+// threads would take the cores the CPU decoders need.
 
 bool nvdec_built() { return true; }
 

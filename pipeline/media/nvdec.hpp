@@ -36,8 +36,8 @@ bool nvdec_built();
 std::optional<int> nvdec_engine_count(int device, std::string* why_not);
 
 // Which CUDA context a GPU's sessions decode in (Note [One CUDA context for a GPU's sessions]
-// in nvdec.cpp): the device's primary one, which LibTorch's encoders compute in, or one made
-// for the sessions alone (video.nvdec_own_context).
+// in nvdec.cpp): one made for the sessions alone, or the device's primary one, which LibTorch's
+// encoders compute in (video.nvdec_own_context: false).
 enum class NvdecContext { kPrimary, kOwn };
 
 // FFmpeg's CUDA device on GPU `device` (a CUDA ordinal) around the context `kind` names: what
@@ -98,7 +98,7 @@ class NvdecPool {
   // context `context` names. Throws std::runtime_error naming the GPU when a session cannot be
   // opened.
   NvdecPool(const std::vector<int>& devices, int sessions_per_device,
-            NvdecContext context = NvdecContext::kPrimary);
+            NvdecContext context = NvdecContext::kOwn);
   ~NvdecPool();
 
   // A session for the length of one file; returns it to the pool when destroyed.

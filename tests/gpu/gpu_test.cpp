@@ -602,10 +602,10 @@ TEST(NvdecPoolGpuTest, ZeroSessionsOpensTwoPerEngineAndACountOpensThatMany) {
   EXPECT_EQ(given.describe(), "2 NVDEC session(s) on cuda:0");
 }
 
-// Note [One CUDA context for a GPU's sessions]: the sessions share LibTorch's primary context
-// by default and one of their own with video.nvdec_own_context; either way each has a stream of
-// its own at the device's highest priority, above the encoders' pool streams, and opening the
-// pool leaves the caller's current context as it was.
+// Note [One CUDA context for a GPU's sessions]: the sessions share one context of their own by
+// default and LibTorch's primary one with video.nvdec_own_context: false; either way each has a
+// stream of its own at the device's highest priority, above the encoders' pool streams, and
+// opening the pool leaves the caller's current context as it was.
 TEST(NvdecPoolGpuTest, AGpusSessionsShareOneContextTheEncodersOrTheirOwn) {
   NEED_NVDEC();
   torch::zeros({1}, torch::kCUDA);  // LibTorch's primary context, current on this thread

@@ -15,8 +15,8 @@
 // opening, decoding and closing, summed over the threads: where NVDEC's time goes. --no-keep
 // gives every file a decoder of its own (Note [Keeping NVDEC decoders across files]);
 // --own-contexts a CUDA context to every session, as before Note [One CUDA context for a GPU's
-// sessions]; --own-context one context for all of them, not the primary one (what
-// video.nvdec_own_context chooses). The in_*
+// sessions]; --primary-context the device's primary context for all of them, where LibTorch's
+// encoders compute (video.nvdec_own_context: false). The in_*
 // figures are the seconds inside FFmpeg's read, send, receive and seek calls and the conversion,
 // summed over the threads (ffmpeg::DecodeTimes).
 
@@ -59,7 +59,7 @@ struct Args {
   bool seek = true;
   bool keep = true;
   bool own_contexts = false;
-  bool own_context = false;
+  bool primary_context = false;
   std::string drop_frames = "auto";
   std::vector<std::filesystem::path> files;
 };
@@ -68,7 +68,7 @@ struct Args {
   std::fprintf(stderr,
                "decode_bench: %s\nusage: decode_bench [--decoder cpu|nvdec] [--threads N] "
                "[--device D] (--fps X | --num-frames N) [--size S] [--repeat R] [--no-seek] "
-               "[--mode full|plain|cuvid] [--no-keep] [--own-contexts | --own-context] "
+               "[--mode full|plain|cuvid] [--no-keep] [--own-contexts | --primary-context] "
                "[--drop-frames auto|on|off] "
                "FILE...\n",
                why.c_str());
@@ -102,8 +102,8 @@ Args parse(int argc, char** argv) {
       a.drop_frames = args.text();
     } else if (args.is("--own-contexts")) {
       a.own_contexts = true;
-    } else if (args.is("--own-context")) {
-      a.own_context = true;
+    } else if (args.is("--primary-context")) {
+      a.primary_context = true;
     } else if (args.is_option()) {
       usage("unknown option " + args.arg());
     } else {
@@ -195,8 +195,8 @@ int main(int argc, char** argv) {
                                                     : Dropping::kAuto;
 
   // Sessions first, outside the clock, as precompute makes them at start-up: in one context,
-  // as precompute's (the primary one, or with --own-context one made for them), or each in its
-  // own with --own-contexts (as before Note [One CUDA context for a GPU's sessions]); the
+  // as precompute's (one made for them, or with --primary-context the device's primary one), or
+  // each in its own with --own-contexts (as before Note [One CUDA context for a GPU's sessions]); the
   // seconds that took go in the line as open_sessions_s.
   std::vector<std::unique_ptr<precompute::NvdecSession>> sessions;
   double open_sessions_s = 0.0;
@@ -206,8 +206,9 @@ int main(int argc, char** argv) {
     try {
       if (!args.own_contexts) {
         shared = precompute::open_nvdec_context(args.device,
-                                                args.own_context ? precompute::NvdecContext::kOwn
-                                                                 : precompute::NvdecContext::kPrimary);
+                                                args.primary_context
+                                                    ? precompute::NvdecContext::kPrimary
+                                                    : precompute::NvdecContext::kOwn);
       }
       for (int t = 0; t < args.threads; ++t) {
         sessions.push_back(
@@ -287,7 +288,7 @@ int main(int argc, char** argv) {
       "\"decoder\": \"%s\", \"threads\": %d, \"seek\": %s, \"clips\": %lld, \"failed\": %lld, "
       "\"on_nvdec\": %lld, \"seconds\": %.3f, \"clips_per_s\": %.2f, \"decoded_frames\": %lld, "
       "\"decoded_frames_per_s\": %.0f, \"kept_frames\": %lld, \"own_contexts\": %s, "
-      "\"own_context\": %s, \"open_sessions_s\": %.3f, \"drop_frames\": \"%s\"}\n",
+      "\"primary_context\": %s, \"open_sessions_s\": %.3f, \"drop_frames\": \"%s\"}\n",
       args.mode.c_str(), sum.open, sum.decode, sum.close, in.read, in.send, in.receive, in.seek,
       in.convert, args.decoder.c_str(), args.threads,
       args.seek ? "true" : "false",
@@ -295,7 +296,7 @@ int main(int argc, char** argv) {
       static_cast<long long>(on_nvdec.load()), seconds, static_cast<double>(total) / seconds,
       static_cast<long long>(decoded.load()), static_cast<double>(decoded.load()) / seconds,
       static_cast<long long>(kept.load()), args.own_contexts ? "true" : "false",
-      args.own_context ? "true" : "false", open_sessions_s,
+      args.primary_context ? "true" : "false", open_sessions_s,
       args.drop_frames.c_str());
   return failed.load() > 0 ? 1 : 0;
 }

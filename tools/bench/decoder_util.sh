@@ -9,8 +9,9 @@
 # counted apart and left out of the figures.
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: decoder_util.sh COMMAND [ARG...]" >&2; exit 2; }
+# Removed at the end rather than by an EXIT trap, which the sampler's subshell would run (and
+# remove the file) when nvidia-smi is missing.
 samples=$(mktemp /tmp/decoder-util.XXXXXX)
-trap 'rm -f "$samples"' EXIT
 nvidia-smi --query-gpu=utilization.decoder --format=csv,noheader,nounits -lms 100 \
   > "$samples" 2>/dev/null &
 sampler=$!
@@ -30,4 +31,5 @@ print(json.dumps({"decoder_util_pct": {
     "samples_at_0": len(values) - len(busy),
 }}))
 PY
+rm -f "$samples"
 exit $rc

@@ -285,7 +285,7 @@ def main() -> int:
                          "MODE#T run.decode_threads to T (e.g. 'auto,auto#19', 'auto@4#12'), "
                          "MODE%%F run.max_in_flight to F (e.g. 'auto,auto%%1000'), "
                          "MODE+KEY=JSON a video key for that case alone, after --video-json "
-                         "(e.g. 'auto,auto+nvdec_own_context=true')")
+                         "(e.g. 'auto,auto+nvdec_own_context=false')")
     ap.add_argument("--sessions", type=int, default=0,
                     help="video.nvdec_sessions where a mode gives none (0: two per engine)")
     ap.add_argument("--devices", default="cuda:0",
