@@ -11,8 +11,10 @@ namespace precompute {
 // and near the wall time when it idles half the time with both calls overlapping. The union of
 // the calls' spans, the time at least one was running, is the encoder's time in use: near the
 // graph's wall time when it bounds the job, and frames over it is the rate the encoder kept
-// while it ran, which compares with the same model alone. The calls are batches, a few a
-// second, so a mutex costs nothing here.
+// while it ran, which compares with the same model alone. A modality's clock covers its
+// encoders on every GPU, so with several GPUs it tells whether any was in use, and frames over
+// it is their rate together. The calls are batches, a few a second, so a mutex costs nothing
+// here.
 
 void OverlapClock::enter(Clock::time_point now) {
   const std::lock_guard lock(mutex_);
