@@ -12,6 +12,7 @@ extern "C" {
 #include <cstdint>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +213,36 @@ AVCUDADeviceContext* cuda_device_of(AVBufferRef* device) {
   return static_cast<AVCUDADeviceContext*>(device_context->hwctx);
 }
 
+// FFmpeg's CUDA device on GPU `device` around `context`, made elsewhere: FFmpeg leaves such a
+// context alone when the device goes. With `primary_of`, `context` is that CUDA device's primary
+// context, retained by the caller: the device holds that reference and releases it when it
+// goes, or here when it cannot be made. Throws std::runtime_error with FFmpeg's reason.
+AVBufferRef* wrap_cuda_context(int device, CUcontext context,
+                               std::optional<CUdevice> primary_of = std::nullopt) {
+  AVBufferRef* made = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+  if (made == nullptr) {
+    if (primary_of) driver_calls().release_primary(*primary_of);
+    throw std::bad_alloc();
+  }
+  if (primary_of) {
+    auto* device_context = reinterpret_cast<AVHWDeviceContext*>(made->data);
+    device_context->user_opaque = reinterpret_cast<void*>(static_cast<intptr_t>(*primary_of));
+    device_context->free = [](AVHWDeviceContext* released) {
+      driver_calls().release_primary(
+          static_cast<CUdevice>(reinterpret_cast<intptr_t>(released->user_opaque)));
+    };
+  }
+  cuda_device_of(made)->cuda_ctx = context;
+  const int error = av_hwdevice_ctx_init(made);
+  if (error < 0) {
+    av_buffer_unref(&made);  // with primary_of, releases the primary context
+    throw std::runtime_error(
+        fmt::format("cannot set FFmpeg's CUDA device up on cuda:{}{} (av_hwdevice_ctx_init): {}",
+                    device, primary_of ? "'s primary context" : "", ffmpeg::error_text(error)));
+  }
+  return made;
+}
+
 }  // namespace
 
 AVBufferRef* open_nvdec_context(int device, NvdecContext kind) {
@@ -226,27 +257,7 @@ AVBufferRef* open_nvdec_context(int device, NvdecContext kind) {
       throw std::runtime_error(
           fmt::format("cannot retain the primary CUDA context of cuda:{}", device));
     }
-    AVBufferRef* made = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
-    if (made == nullptr) {
-      cu.release_primary(cuda_device);
-      throw std::bad_alloc();
-    }
-    auto* device_context = reinterpret_cast<AVHWDeviceContext*>(made->data);
-    device_context->user_opaque = reinterpret_cast<void*>(static_cast<intptr_t>(cuda_device));
-    device_context->free = [](AVHWDeviceContext* context) {
-      driver_calls().release_primary(
-          static_cast<CUdevice>(reinterpret_cast<intptr_t>(context->user_opaque)));
-    };
-    cuda_device_of(made)->cuda_ctx = primary;
-    const int error = av_hwdevice_ctx_init(made);
-    if (error < 0) {
-      av_buffer_unref(&made);  // releases the primary context
-      throw std::runtime_error(fmt::format(
-          "cannot set FFmpeg's CUDA device up on cuda:{}'s primary context "
-          "(av_hwdevice_ctx_init): {}",
-          device, ffmpeg::error_text(error)));
-    }
-    return made;
+    return wrap_cuda_context(device, primary, cuda_device);
   }
   AVBufferRef* made = nullptr;
   const int error = av_hwdevice_ctx_create(&made, AV_HWDEVICE_TYPE_CUDA,
@@ -272,15 +283,8 @@ NvdecSession::NvdecSession(int device, bool keep_decoders, AVBufferRef* shared_c
       // pools' texture alignment, a property of the GPU architecture, so on a machine of one
       // GPU model the answer is the same for every GPU.
       shared_context_ = av_buffer_ref(shared_context);
-      hw_device_ = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
-      if (shared_context_ == nullptr || hw_device_ == nullptr) throw std::bad_alloc();
-      cuda_device_of(hw_device_)->cuda_ctx = cuda_device_of(shared_context_)->cuda_ctx;
-      const int error = av_hwdevice_ctx_init(hw_device_);
-      if (error < 0) {
-        throw std::runtime_error(fmt::format(
-            "cannot set FFmpeg's CUDA device up on cuda:{} (av_hwdevice_ctx_init): {}", device,
-            ffmpeg::error_text(error)));
-      }
+      if (shared_context_ == nullptr) throw std::bad_alloc();
+      hw_device_ = wrap_cuda_context(device, cuda_device_of(shared_context_)->cuda_ctx);
     }
     AVCUDADeviceContext* cuda = cuda_device_of(hw_device_);
     cuda_.context = cuda->cuda_ctx;
