@@ -23,10 +23,10 @@ The cases, run by run in turn so that a drift of the machine weighs on all alike
 
 Figures, each the median of --runs runs: clips/s over the whole process (start to exit) and over
 the run alone (precompute's own timer; the peer's loop), in-pipeline frames/s of the encoder
-(frames / its busy seconds, which sum its concurrent calls: a lower bound), and the GPU memory precompute reserved at its peak against its
-budget; and how far the `.pt2` run's stored frame rows are from the TorchScript run's (cosine per
-row, each less its mean). Prints one JSON line per measurement and a table; writes
-$OUT/clip_bench.json.
+(frames / its busy seconds, which sum its concurrent calls: a lower bound), and the GPU memory
+precompute reserved at its peak against its budget; and how far the `.pt2` run's stored frame
+rows are from the TorchScript run's (cosine per row, each less its mean). Prints one JSON line
+per measurement and a table; writes $OUT/clip_bench.json.
 """
 import argparse
 import json

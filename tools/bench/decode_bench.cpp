@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
 
   // Sessions first, outside the clock, as precompute makes them at start-up: in one context,
   // as precompute's (one made for them, or with --primary-context the device's primary one), or
-  // each in its own with --own-contexts (as before Note [One CUDA context for a GPU's sessions]); the
-  // seconds that took go in the line as open_sessions_s.
+  // each in its own with --own-contexts (as before Note [One CUDA context for a GPU's
+  // sessions]); the seconds that took go in the line as open_sessions_s.
   std::vector<std::unique_ptr<precompute::NvdecSession>> sessions;
   double open_sessions_s = 0.0;
   if (args.decoder == "nvdec") {

@@ -10,9 +10,10 @@
 # dense sampling, where no keyframe seek helps; "fps4-noskip": the same with seeking and frame
 # dropping off, every frame decoded through precompute's path; "all": every frame decoded,
 # decode_bench --mode plain; "cuvid": every frame through FFmpeg's *_cuvid decoders, NVIDIA's
-# parser, decode_bench --mode cuvid), CONTEXTS (default "shared": the sessions in one CUDA context, as
-# precompute opens them; "own": a context each, decode_bench --own-contexts), REPEAT (default 40: the
-# clips listed that many times), DROP_FRAMES (default auto: decode_bench --drop-frames). One
+# parser, decode_bench --mode cuvid), CONTEXTS (default "shared": the sessions in one CUDA
+# context, as precompute opens them; "own": a context each, decode_bench --own-contexts), REPEAT
+# (default 40: the clips listed that many times), DROP_FRAMES (default auto: decode_bench
+# --drop-frames). One
 # JSON line a case: decode_bench's line with the sampling and the utilisation samples' mean,
 # median, max and count added (tools/bench/decoder_util.sh).
 set -uo pipefail

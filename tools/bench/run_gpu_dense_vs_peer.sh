@@ -41,7 +41,8 @@ gpu_wheels_site
 binary=build-gpu/tools/cli/precompute
 
 if [[ " $stages " == *" alone "* ]]; then
-  say "NVDEC alone ($decode_samplings) against PyNvVideoCodec decode-only, 4 frames/s, $runs runs in turn"
+  say "NVDEC alone ($decode_samplings) against PyNvVideoCodec decode-only, 4 frames/s," \
+    "$runs runs in turn"
   for k in $(seq "$runs"); do
     SAMPLINGS=$decode_samplings SESSION_COUNTS=$sessions REPEAT=$copies \
       bash tools/bench/nvdec_engines.sh "$clips" | tee -a "$OUT/dense_alone.jsonl" | cut -c1-400 ||

@@ -386,7 +386,10 @@ def main() -> int:
                 key, sep, value = setting.partition("=")
                 if not key or not sep:
                     ap.error(f"--modes: '{setting}' is not KEY=JSON")
-                video_keys[key] = json.loads(value)
+                try:
+                    video_keys[key] = json.loads(value)
+                except ValueError:
+                    ap.error(f"--modes: '{value}' in '{setting}' is not JSON (true, 2, \"text\")")
             spec, _, in_flight = spec.partition("%")
             spec, _, threads = spec.partition("#")
             mode, _, given = spec.partition("@")
